@@ -1,0 +1,258 @@
+//! Command line, in Prometheus exporter conventions (`--web.listen-address`,
+//! `--collector.NAME` / `--no-collector.NAME`, ...).
+//!
+//! Built with clap's builder API because the collector and probe flags are
+//! generated from the registries ([`crate::collectors::ALL`],
+//! [`crate::probes::ALL`]) rather than written out one by one.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
+
+use crate::collectors::{self, Settings};
+use crate::probes::{self, ProbeSettings};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Logfmt,
+    Json,
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub listen_address: String,
+    pub telemetry_path: String,
+    /// 0 means unlimited.
+    pub max_requests: usize,
+    pub settings: Settings,
+    pub collectors: Vec<&'static str>,
+    pub probes: ProbeSettings,
+    pub log_level: String,
+    pub log_format: LogFormat,
+}
+
+pub fn command() -> Command {
+    let mut cmd = Command::new("usescope")
+        .version(env!("CARGO_PKG_VERSION"))
+        .long_version(concat!(
+            env!("CARGO_PKG_VERSION"),
+            " (revision ",
+            env!("USESCOPE_GIT_REVISION"),
+            ", rustc ",
+            env!("USESCOPE_RUSTC_VERSION"),
+            ")"
+        ))
+        .about("Linux USE-method exporter for Prometheus: /proc collectors plus eBPF probes")
+        .arg(
+            Arg::new("web.listen-address")
+                .long("web.listen-address")
+                .default_value(":9200")
+                .help("Address on which to expose metrics and web interface"),
+        )
+        .arg(
+            Arg::new("web.telemetry-path")
+                .long("web.telemetry-path")
+                .default_value("/metrics")
+                .help("Path under which to expose metrics"),
+        )
+        .arg(
+            Arg::new("web.max-requests")
+                .long("web.max-requests")
+                .default_value("40")
+                .value_parser(value_parser!(usize))
+                .help("Maximum number of parallel scrape requests; beyond it a scrape gets 503. 0 disables the limit"),
+        )
+        .arg(
+            Arg::new("path.procfs")
+                .long("path.procfs")
+                .default_value("/proc")
+                .help("procfs mountpoint"),
+        )
+        .arg(
+            Arg::new("path.sysfs")
+                .long("path.sysfs")
+                .default_value("/sys")
+                .help("sysfs mountpoint"),
+        )
+        .arg(
+            Arg::new("collector.disable-defaults")
+                .long("collector.disable-defaults")
+                .action(ArgAction::SetTrue)
+                .help("Set all collectors to disabled by default; enable them with --collector.NAME"),
+        )
+        .arg(
+            Arg::new("collector.diskstats.device-exclude")
+                .long("collector.diskstats.device-exclude")
+                .default_value(collectors::diskstats::DEFAULT_DEVICE_EXCLUDE)
+                .help("Regexp of diskstats devices to exclude"),
+        )
+        .arg(
+            Arg::new("log.level")
+                .long("log.level")
+                .default_value("info")
+                .value_parser(["debug", "info", "warn", "error"])
+                .help("Only log messages with the given severity or above"),
+        )
+        .arg(
+            Arg::new("log.format")
+                .long("log.format")
+                .default_value("logfmt")
+                .value_parser(["logfmt", "json"])
+                .help("Output format of log messages"),
+        );
+    for spec in collectors::ALL {
+        cmd = add_toggle(cmd, "collector", spec.name, spec.help, spec.default_enabled);
+    }
+    for spec in probes::ALL {
+        cmd = add_toggle(cmd, "probe", spec.name, spec.help, true);
+    }
+    probes::add_args(cmd)
+}
+
+/// Adds `--KIND.NAME` and `--no-KIND.NAME`; the last one given wins.
+fn add_toggle(cmd: Command, kind: &str, name: &str, help: &str, default: bool) -> Command {
+    let on: &'static str = Box::leak(format!("{kind}.{name}").into_boxed_str());
+    let off: &'static str = Box::leak(format!("no-{kind}.{name}").into_boxed_str());
+    let help: &'static str = Box::leak(
+        format!(
+            "Enable the {name} {kind} (default: {}). {help}",
+            if default { "enabled" } else { "disabled" }
+        )
+        .into_boxed_str(),
+    );
+    cmd.arg(
+        Arg::new(on)
+            .long(on)
+            .action(ArgAction::SetTrue)
+            .overrides_with(off)
+            .help(help),
+    )
+    .arg(
+        Arg::new(off)
+            .long(off)
+            .action(ArgAction::SetTrue)
+            .overrides_with(on)
+            .hide(true),
+    )
+}
+
+fn toggled(m: &ArgMatches, kind: &str, name: &str, default: bool) -> bool {
+    if m.get_flag(&format!("{kind}.{name}")) {
+        true
+    } else if m.get_flag(&format!("no-{kind}.{name}")) {
+        false
+    } else {
+        default
+    }
+}
+
+/// Parses arguments. An error is one line, ready to print.
+pub fn parse<I, T>(args: I) -> Result<Config, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let m = command().try_get_matches_from(args)?;
+    let s = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
+    let defaults_off = m.get_flag("collector.disable-defaults");
+    let collectors = collectors::ALL
+        .iter()
+        .filter(|c| toggled(&m, "collector", c.name, c.default_enabled && !defaults_off))
+        .map(|c| c.name)
+        .collect();
+    let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
+    settings.diskstats_device_exclude = s("collector.diskstats.device-exclude");
+    let enabled_probes = probes::ALL
+        .iter()
+        .filter(|p| toggled(&m, "probe", p.name, true))
+        .map(|p| p.name)
+        .collect();
+    Ok(Config {
+        listen_address: s("web.listen-address"),
+        telemetry_path: s("web.telemetry-path"),
+        max_requests: m
+            .get_one::<usize>("web.max-requests")
+            .copied()
+            .unwrap_or(40),
+        settings,
+        collectors,
+        probes: probes::settings_from(&m, enabled_probes),
+        log_level: s("log.level"),
+        log_format: if s("log.format") == "json" {
+            LogFormat::Json
+        } else {
+            LogFormat::Logfmt
+        },
+    })
+}
+
+/// Resolves `--web.listen-address`. `:PORT` means every IPv4 interface,
+/// as in Go's net.Listen.
+pub fn resolve_listen_address(addr: &str) -> Result<SocketAddr, String> {
+    let full = if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_string()
+    };
+    full.to_socket_addrs()
+        .map_err(|e| format!("invalid --web.listen-address {addr:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("invalid --web.listen-address {addr:?}: resolves to no address"))
+}
+
+/// Reduces clap's multi-line error to its first line.
+pub fn one_line(e: &clap::Error) -> String {
+    e.to_string()
+        .lines()
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = parse(["usescope"]).unwrap();
+        assert_eq!(c.listen_address, ":9200");
+        assert_eq!(c.telemetry_path, "/metrics");
+        assert_eq!(c.max_requests, 40);
+        assert!(c.collectors.contains(&"stat"));
+        assert!(!c.collectors.contains(&"interrupts"));
+    }
+
+    #[test]
+    fn toggles_last_wins() {
+        let c = parse(["usescope", "--collector.interrupts", "--no-collector.stat"]).unwrap();
+        assert!(c.collectors.contains(&"interrupts"));
+        assert!(!c.collectors.contains(&"stat"));
+        let c = parse(["usescope", "--no-collector.stat", "--collector.stat"]).unwrap();
+        assert!(c.collectors.contains(&"stat"));
+        let c = parse([
+            "usescope",
+            "--collector.disable-defaults",
+            "--collector.loadavg",
+        ])
+        .unwrap();
+        assert_eq!(c.collectors, vec!["loadavg"]);
+    }
+
+    #[test]
+    fn bad_flag_is_one_line() {
+        let e = parse(["usescope", "--bogus"]).unwrap_err();
+        let line = one_line(&e);
+        assert!(line.contains("--bogus"), "{line}");
+        let e = parse(["usescope", "--web.max-requests", "x"]).unwrap_err();
+        assert!(one_line(&e).contains("web.max-requests"));
+    }
+
+    #[test]
+    fn listen_address() {
+        assert_eq!(resolve_listen_address(":9200").unwrap().port(), 9200);
+        assert!(resolve_listen_address("127.0.0.1:0").is_ok());
+        assert!(resolve_listen_address("nope").is_err());
+    }
+}

@@ -1,0 +1,96 @@
+//! /proc/loadavg → `node_load1`, `node_load5`, `node_load15`.
+//!
+//! This is the smallest collector and the template for the others: a pure
+//! `parse`, a collector that owns its [`SourceFile`], and `Desc` constants
+//! with node_exporter's names and help text.
+
+use crate::collector::Collector;
+use crate::collectors::Settings;
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder};
+use crate::parse::{f64_field, next_field};
+use crate::source::{Read, SourceFile};
+
+const LOAD1: Desc = Desc::gauge("node_load1", "1m load average.");
+const LOAD5: Desc = Desc::gauge("node_load5", "5m load average.");
+const LOAD15: Desc = Desc::gauge("node_load15", "15m load average.");
+
+#[derive(Debug, PartialEq)]
+pub struct LoadAvg {
+    pub one: f64,
+    pub five: f64,
+    pub fifteen: f64,
+}
+
+/// Parses `0.08 0.06 0.02 1/123 4567`.
+pub fn parse(s: &str) -> Result<LoadAvg, ParseError> {
+    let line = s
+        .lines()
+        .next()
+        .ok_or_else(|| ParseError::new(1, "empty file"))?;
+    let mut f = line.split_whitespace();
+    Ok(LoadAvg {
+        one: f64_field(next_field(&mut f, 1, "load1")?, 1, "load1")?,
+        five: f64_field(next_field(&mut f, 1, "load5")?, 1, "load5")?,
+        fifteen: f64_field(next_field(&mut f, 1, "load15")?, 1, "load15")?,
+    })
+}
+
+pub struct LoadAvgCollector {
+    file: SourceFile,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    Box::new(LoadAvgCollector {
+        file: SourceFile::new(&s.procfs, "loadavg"),
+    })
+}
+
+impl Collector for LoadAvgCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let text = match self.file.read()? {
+            Read::Text(t) => t,
+            Read::Absent => return Ok(()),
+        };
+        let l = parse(text).map_err(|e| CollectError::from_parse(self.file.path(), e))?;
+        for (desc, v) in [(&LOAD1, l.one), (&LOAD5, l.five), (&LOAD15, l.fifteen)] {
+            enc.family(desc);
+            enc.sample(desc, &[], v);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_real_format() {
+        let l = parse("0.08 0.06 0.02 1/123 4567\n").unwrap();
+        assert_eq!(
+            l,
+            LoadAvg {
+                one: 0.08,
+                five: 0.06,
+                fifteen: 0.02
+            }
+        );
+    }
+
+    #[test]
+    fn malformed() {
+        assert_eq!(parse("").unwrap_err().line, 1);
+        assert!(parse("0.1 0.2\n").unwrap_err().msg.contains("load15"));
+        assert!(parse("a b c\n").is_err());
+        assert!(parse("nan 1 1\n").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            let _ = parse(&s);
+        }
+    }
+}

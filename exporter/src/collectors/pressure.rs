@@ -1,0 +1,18 @@
+//! Placeholder: to be implemented.
+
+use crate::collector::Collector;
+use crate::collectors::Settings;
+use crate::error::CollectError;
+use crate::exposition::Encoder;
+
+struct Todo;
+
+impl Collector for Todo {
+    fn collect(&mut self, _enc: &mut Encoder) -> Result<(), CollectError> {
+        Ok(())
+    }
+}
+
+pub fn build(_s: &Settings) -> Box<dyn Collector> {
+    Box::new(Todo)
+}

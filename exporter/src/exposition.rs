@@ -1,0 +1,379 @@
+//! The exposition encoder: writes metric families straight into a reused
+//! byte buffer, in either the Prometheus text format 0.0.4 or OpenMetrics 1.0.
+//!
+//! Why not prometheus-client's encoder: it only speaks OpenMetrics, and it
+//! wants every sample to live in a registered metric object. usescope reads
+//! /proc at scrape time and writes each value once, so a direct writer is both
+//! simpler and allocation-free on the scrape path.
+//!
+//! Naming follows the Prometheus convention used throughout usescope: a
+//! [`Desc`] carries the *full* sample name as node_exporter emits it
+//! (`node_cpu_seconds_total`). For OpenMetrics the encoder strips `_total`
+//! from the `# TYPE` / `# HELP` lines of counters, as that format requires.
+
+use std::io::Write;
+
+/// The wire format a client asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `text/plain; version=0.0.4`
+    PrometheusText,
+    /// `application/openmetrics-text; version=1.0.0`
+    OpenMetrics,
+}
+
+impl Format {
+    /// Picks the format from an HTTP `Accept` header, as Prometheus' own
+    /// content negotiation does: OpenMetrics only when explicitly asked for.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::PrometheusText,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// Metric type, as written on the `# TYPE` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricType {
+    Counter,
+    Gauge,
+    /// node_exporter exports some fields untyped (`node_vmstat_*`,
+    /// `node_netstat_*`); OpenMetrics calls this `unknown`.
+    Untyped,
+    Histogram,
+}
+
+/// A metric family's static description. Declare these as `const`s next to
+/// the collector that emits them so the name, type and help live together.
+#[derive(Clone, Copy, Debug)]
+pub struct Desc {
+    /// Full sample name (counters include `_total`; histograms are the base name).
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: MetricType,
+}
+
+impl Desc {
+    pub const fn counter(name: &'static str, help: &'static str) -> Desc {
+        Desc {
+            name,
+            help,
+            kind: MetricType::Counter,
+        }
+    }
+    pub const fn gauge(name: &'static str, help: &'static str) -> Desc {
+        Desc {
+            name,
+            help,
+            kind: MetricType::Gauge,
+        }
+    }
+    pub const fn untyped(name: &'static str, help: &'static str) -> Desc {
+        Desc {
+            name,
+            help,
+            kind: MetricType::Untyped,
+        }
+    }
+    pub const fn histogram(name: &'static str, help: &'static str) -> Desc {
+        Desc {
+            name,
+            help,
+            kind: MetricType::Histogram,
+        }
+    }
+}
+
+/// A sample value. Integers are written exactly; floats in the shortest form
+/// that round-trips.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Value {
+        Value::U64(v)
+    }
+}
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::I64(v)
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::F64(v)
+    }
+}
+
+/// Writes families into a byte buffer the caller owns and reuses.
+pub struct Encoder<'b> {
+    buf: &'b mut Vec<u8>,
+    format: Format,
+}
+
+impl<'b> Encoder<'b> {
+    pub fn new(buf: &'b mut Vec<u8>, format: Format) -> Encoder<'b> {
+        Encoder { buf, format }
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Current length of the output, so a failed collector's partial output
+    /// can be cut off again with [`Encoder::truncate`].
+    pub fn mark(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn truncate(&mut self, mark: usize) {
+        self.buf.truncate(mark);
+    }
+
+    /// Starts a family: writes its `# HELP` and `# TYPE` lines. Every sample
+    /// of the family must follow before the next `family` call.
+    pub fn family(&mut self, desc: &Desc) {
+        let name = self.family_name(desc);
+        let kind = match (desc.kind, self.format) {
+            (MetricType::Counter, _) => "counter",
+            (MetricType::Gauge, _) => "gauge",
+            (MetricType::Histogram, _) => "histogram",
+            (MetricType::Untyped, Format::PrometheusText) => "untyped",
+            (MetricType::Untyped, Format::OpenMetrics) => "unknown",
+        };
+        self.buf.extend_from_slice(b"# HELP ");
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(b' ');
+        write_escaped(self.buf, desc.help, false);
+        self.buf.extend_from_slice(b"\n# TYPE ");
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(b' ');
+        self.buf.extend_from_slice(kind.as_bytes());
+        self.buf.push(b'\n');
+    }
+
+    fn family_name(&self, desc: &Desc) -> &'static str {
+        match (self.format, desc.kind) {
+            (Format::OpenMetrics, MetricType::Counter) => {
+                desc.name.strip_suffix("_total").unwrap_or(desc.name)
+            }
+            _ => desc.name,
+        }
+    }
+
+    /// Writes one sample of the current family, named `desc.name`.
+    pub fn sample(&mut self, desc: &Desc, labels: &[(&str, &str)], value: impl Into<Value>) {
+        self.sample_named(desc.name, "", labels, None, value.into());
+    }
+
+    /// Writes one sample whose name is `base` + `suffix` (histogram parts),
+    /// with an optional trailing `le` label.
+    pub fn sample_named(
+        &mut self,
+        base: &str,
+        suffix: &str,
+        labels: &[(&str, &str)],
+        le: Option<f64>,
+        value: Value,
+    ) {
+        self.buf.extend_from_slice(base.as_bytes());
+        self.buf.extend_from_slice(suffix.as_bytes());
+        if !labels.is_empty() || le.is_some() {
+            self.buf.push(b'{');
+            let mut first = true;
+            for (k, v) in labels {
+                if !first {
+                    self.buf.push(b',');
+                }
+                first = false;
+                self.buf.extend_from_slice(k.as_bytes());
+                self.buf.extend_from_slice(b"=\"");
+                write_escaped(self.buf, v, true);
+                self.buf.push(b'"');
+            }
+            if let Some(le) = le {
+                if !first {
+                    self.buf.push(b',');
+                }
+                self.buf.extend_from_slice(b"le=\"");
+                write_float(self.buf, le);
+                self.buf.push(b'"');
+            }
+            self.buf.push(b'}');
+        }
+        self.buf.push(b' ');
+        write_value(self.buf, value);
+        self.buf.push(b'\n');
+    }
+
+    /// Writes a whole histogram family member: cumulative buckets (given as
+    /// `(upper_bound, cumulative_count)` pairs in ascending order, without
+    /// +Inf), then `+Inf`, `_sum` and `_count`.
+    pub fn histogram(
+        &mut self,
+        desc: &Desc,
+        labels: &[(&str, &str)],
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) {
+        for &(le, cumulative) in buckets {
+            self.sample_named(
+                desc.name,
+                "_bucket",
+                labels,
+                Some(le),
+                Value::U64(cumulative),
+            );
+        }
+        self.sample_named(
+            desc.name,
+            "_bucket",
+            labels,
+            Some(f64::INFINITY),
+            Value::U64(count),
+        );
+        self.sample_named(desc.name, "_sum", labels, None, Value::F64(sum));
+        self.sample_named(desc.name, "_count", labels, None, Value::U64(count));
+    }
+
+    /// Ends the exposition (OpenMetrics needs `# EOF`).
+    pub fn finish(&mut self) {
+        if self.format == Format::OpenMetrics {
+            self.buf.extend_from_slice(b"# EOF\n");
+        }
+    }
+}
+
+fn write_escaped(buf: &mut Vec<u8>, s: &str, quote: bool) {
+    for &b in s.as_bytes() {
+        match b {
+            b'\\' => buf.extend_from_slice(b"\\\\"),
+            b'\n' => buf.extend_from_slice(b"\\n"),
+            b'"' if quote => buf.extend_from_slice(b"\\\""),
+            _ => buf.push(b),
+        }
+    }
+}
+
+fn write_value(buf: &mut Vec<u8>, v: Value) {
+    match v {
+        Value::U64(n) => {
+            let _ = write!(buf, "{n}");
+        }
+        Value::I64(n) => {
+            let _ = write!(buf, "{n}");
+        }
+        Value::F64(f) => write_float(buf, f),
+    }
+}
+
+/// Shortest round-trip float. Rust's `Display` never uses exponents, which
+/// turns 1e300 into 301 digits; switch to exponent form for large/small
+/// magnitudes so output stays compact and parseable.
+pub fn write_float(buf: &mut Vec<u8>, f: f64) {
+    if f.is_nan() {
+        buf.extend_from_slice(b"NaN");
+    } else if f.is_infinite() {
+        buf.extend_from_slice(if f > 0.0 { b"+Inf" } else { b"-Inf" });
+    } else if f != 0.0 && (f.abs() >= 1e21 || f.abs() < 1e-6) {
+        let _ = write!(buf, "{f:e}");
+    } else {
+        let _ = write!(buf, "{f}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: Desc = Desc::counter("node_forks_total", "Total number of forks.");
+    const H: Desc = Desc::histogram("usescope_x_seconds", "A histogram.");
+
+    fn render(format: Format, f: impl FnOnce(&mut Encoder)) -> String {
+        let mut buf = Vec::new();
+        let mut e = Encoder::new(&mut buf, format);
+        f(&mut e);
+        e.finish();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn counter_in_both_formats() {
+        let body = |e: &mut Encoder| {
+            e.family(&C);
+            e.sample(&C, &[], 42u64);
+        };
+        assert_eq!(
+            render(Format::PrometheusText, body),
+            "# HELP node_forks_total Total number of forks.\n# TYPE node_forks_total counter\nnode_forks_total 42\n"
+        );
+        assert_eq!(
+            render(Format::OpenMetrics, body),
+            "# HELP node_forks Total number of forks.\n# TYPE node_forks counter\nnode_forks_total 42\n# EOF\n"
+        );
+    }
+
+    #[test]
+    fn escapes_label_values_and_help() {
+        let d = Desc::gauge("g", "a \\ b\nc");
+        let out = render(Format::PrometheusText, |e| {
+            e.family(&d);
+            e.sample(&d, &[("l", "q\"\\\n")], 1.5f64);
+        });
+        assert!(out.contains("# HELP g a \\\\ b\\nc\n"));
+        assert!(out.contains("g{l=\"q\\\"\\\\\\n\"} 1.5\n"));
+    }
+
+    #[test]
+    fn histogram_layout() {
+        let out = render(Format::PrometheusText, |e| {
+            e.family(&H);
+            e.histogram(&H, &[("cpu", "0")], &[(1e-6, 1), (2e-6, 3)], 0.5, 4);
+        });
+        assert!(out.contains("usescope_x_seconds_bucket{cpu=\"0\",le=\"0.000001\"} 1\n"));
+        assert!(out.contains("usescope_x_seconds_bucket{cpu=\"0\",le=\"0.000002\"} 3\n"));
+        assert!(out.contains("usescope_x_seconds_bucket{cpu=\"0\",le=\"+Inf\"} 4\n"));
+        assert!(out.contains("usescope_x_seconds_sum{cpu=\"0\"} 0.5\n"));
+        assert!(out.contains("usescope_x_seconds_count{cpu=\"0\"} 4\n"));
+    }
+
+    #[test]
+    fn floats() {
+        let f = |x: f64| {
+            let mut b = Vec::new();
+            write_float(&mut b, x);
+            String::from_utf8(b).unwrap()
+        };
+        assert_eq!(f(0.0), "0");
+        assert_eq!(f(1234.5), "1234.5");
+        assert_eq!(f(1e300), "1e300");
+        assert_eq!(f(f64::NAN), "NaN");
+        assert_eq!(f(f64::NEG_INFINITY), "-Inf");
+    }
+
+    #[test]
+    fn untyped_is_unknown_in_openmetrics() {
+        let d = Desc::untyped("node_vmstat_pgfault", "x");
+        assert!(
+            render(Format::OpenMetrics, |e| e.family(&d))
+                .contains("# TYPE node_vmstat_pgfault unknown\n")
+        );
+        assert!(
+            render(Format::PrometheusText, |e| e.family(&d))
+                .contains("# TYPE node_vmstat_pgfault untyped\n")
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! usescope: a Linux USE-method exporter for Prometheus.
+//!
+//! Data flow of one scrape (see ARCHITECTURE.md for the full map):
+//! [`http`] receives `GET /metrics` → [`collector::Scraper::scrape`] runs
+//! each enabled [`collectors`] module (and each attached [`probes`] module)
+//! → each reads its [`source::SourceFile`]s, parses with a pure parser, and
+//! writes families through the [`exposition::Encoder`] into one reused buffer.
+
+pub mod cli;
+pub mod collector;
+pub mod collectors;
+pub mod error;
+pub mod exposition;
+pub mod http;
+pub mod parse;
+pub mod probes;
+pub mod self_metrics;
+pub mod source;

@@ -1,0 +1,122 @@
+//! The `usescope` daemon: parse flags, set up logging, build the collectors,
+//! attach the probes, serve HTTP until SIGTERM/SIGINT, then detach and exit 0.
+
+use std::process::ExitCode;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::prelude::*;
+use usescope::cli::{self, Config, LogFormat};
+use usescope::collector::Scraper;
+use usescope::self_metrics::SelfMetrics;
+use usescope::{collectors, http, probes};
+
+fn main() -> ExitCode {
+    let config = match cli::parse(std::env::args_os()) {
+        Ok(c) => c,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("usescope: {}", cli::one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("usescope: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("usescope: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = EnvFilter::new(format!("usescope={}", config.log_level)).add_directive(
+        format!("usescope={}", config.log_level)
+            .parse()
+            .expect("log level validated by clap"),
+    );
+    let registry = tracing_subscriber::registry().with(filter);
+    match config.log_format {
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
+            .init(),
+        LogFormat::Logfmt => registry
+            .with(
+                tracing_logfmt::builder()
+                    .layer()
+                    .with_writer(std::io::stderr),
+            )
+            .init(),
+    }
+}
+
+async fn run(config: Config) -> Result<(), String> {
+    let addr = cli::resolve_listen_address(&config.listen_address)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen_address))?;
+
+    let mut scraper = Scraper::new(SelfMetrics::new());
+    for name in &config.collectors {
+        let spec = collectors::find(name).expect("collector names come from the registry");
+        scraper.add(spec.name, (spec.build)(&config.settings));
+    }
+    let probes = probes::attach(&config.probes, &mut scraper);
+    tracing::info!(
+        address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        collectors = %config.collectors.join(","),
+        probes = %config.probes.enabled.join(","),
+        "usescope listening"
+    );
+
+    let state = http::AppState::new(scraper, config.max_requests, &config.telemetry_path);
+    axum::serve(listener, http::router(state.clone()))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
+    // Detach every probe before exiting: dropping the scraper drops the
+    // probe collectors, and dropping `probes` drops the loaded programs.
+    drop(state);
+    drop(probes);
+    tracing::info!("usescope stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("received SIGTERM, shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("received SIGINT, shutting down"),
+    }
+}

@@ -1,0 +1,66 @@
+//! Small helpers shared by the pure parsers: number parsing that reports the
+//! line and the offending token, never panics, and rejects u64 overflow.
+
+use crate::error::ParseError;
+
+/// Parses an unsigned decimal field; `what` names it in the error.
+pub fn u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
+    tok.parse::<u64>().map_err(|e| {
+        ParseError::new(
+            line,
+            format!("{what}: invalid unsigned integer {tok:?}: {e}"),
+        )
+    })
+}
+
+/// Parses a signed decimal field (a few kernel counters can be negative).
+pub fn i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> {
+    tok.parse::<i64>()
+        .map_err(|e| ParseError::new(line, format!("{what}: invalid integer {tok:?}: {e}")))
+}
+
+/// Parses a hexadecimal field without `0x` (softnet_stat).
+pub fn hex_u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
+    u64::from_str_radix(tok, 16)
+        .map_err(|e| ParseError::new(line, format!("{what}: invalid hex integer {tok:?}: {e}")))
+}
+
+/// Parses a float field (loadavg, PSI averages).
+pub fn f64_field(tok: &str, line: usize, what: &str) -> Result<f64, ParseError> {
+    match tok.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(_) => Err(ParseError::new(
+            line,
+            format!("{what}: non-finite number {tok:?}"),
+        )),
+        Err(e) => Err(ParseError::new(
+            line,
+            format!("{what}: invalid number {tok:?}: {e}"),
+        )),
+    }
+}
+
+/// Takes the next whitespace-separated token or reports which one is missing.
+pub fn next_field<'a>(
+    it: &mut impl Iterator<Item = &'a str>,
+    line: usize,
+    what: &str,
+) -> Result<&'a str, ParseError> {
+    it.next()
+        .ok_or_else(|| ParseError::new(line, format!("missing field {what}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_is_an_error_not_a_panic() {
+        let e = u64_field("18446744073709551616", 7, "user").unwrap_err();
+        assert_eq!(e.line, 7);
+        assert!(e.msg.contains("user"));
+        assert!(u64_field("18446744073709551615", 1, "x").is_ok());
+        assert!(f64_field("inf", 1, "x").is_err());
+        assert_eq!(hex_u64_field("0000001f", 1, "x").unwrap(), 31);
+    }
+}
