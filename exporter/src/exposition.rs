@@ -377,3 +377,31 @@ mod tests {
         );
     }
 }
+
+/// Formats an unsigned integer label value (a CPU id, a node number) into a
+/// caller-provided stack buffer, so no String is allocated per sample.
+pub fn u64_label(n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
+#[cfg(test)]
+mod label_tests {
+    #[test]
+    fn u64_label() {
+        let mut b = [0u8; 20];
+        assert_eq!(super::u64_label(0, &mut b), "0");
+        assert_eq!(super::u64_label(255, &mut b), "255");
+        assert_eq!(super::u64_label(u64::MAX, &mut b), "18446744073709551615");
+    }
+}

@@ -1,0 +1,308 @@
+//! Shared harness for integration tests: runs the real `usescope` binary on
+//! a loopback port, speaks plain HTTP/1.1 to it, and reads its log.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_usescope"))
+}
+
+/// The checked-in tree captured from a real machine.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Starts usescope on 127.0.0.1 with an OS-chosen port plus `args`,
+    /// and waits until it says it is listening.
+    pub fn start(args: &[&str]) -> Daemon {
+        Daemon::try_start(args).unwrap_or_else(|e| panic!("usescope did not start: {e}"))
+    }
+
+    pub fn try_start(args: &[&str]) -> Result<Daemon, String> {
+        let mut child = Command::new(bin())
+            .arg("--web.listen-address=127.0.0.1:0")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawn: {e}"))?;
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("usescope listening")
+                    && let Some(a) = line
+                        .split_whitespace()
+                        .find_map(|kv| kv.strip_prefix("address="))
+                {
+                    let _ = tx.send(a.trim_matches('"').to_string());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => a.parse().map_err(|e| format!("bad address {a}: {e}"))?,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                return Err(format!(
+                    "no 'usescope listening' line; exit {status:?}; log:\n{}",
+                    log.lock().unwrap().join("\n")
+                ));
+            }
+        };
+        Ok(Daemon { child, addr, log })
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        http_get(self.addr, path, &[])
+    }
+
+    pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        http_get(self.addr, path, headers)
+    }
+
+    /// GET /metrics, asserting 200, as text.
+    pub fn scrape(&self) -> String {
+        let r = self.get("/metrics");
+        assert_eq!(r.status, 200, "scrape failed: {}", r.text());
+        r.text()
+    }
+
+    /// Every log line so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until a log line contains `needle`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if let Some(l) = self.log().into_iter().find(|l| l.contains(needle)) {
+                return Some(l);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Sends SIGTERM and waits (up to 10 s) for the exit status.
+    pub fn stop(mut self) -> ExitStatus {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc_kill(self.child.id() as i32, 15) };
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                panic!("usescope did not exit within 10 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A minimal HTTP/1.1 GET with `Connection: close`.
+pub fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
+    http_request(addr, "GET", path, headers)
+}
+
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> Response {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("no header end");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size = usize::from_str_radix(
+            String::from_utf8_lossy(&b[..eol])
+                .split(';')
+                .next()
+                .unwrap()
+                .trim(),
+            16,
+        )
+        .unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
+        b = &b[eol + 2 + size + 2..];
+    }
+}
+
+/// The value of the sample whose name-and-labels text is exactly `series`
+/// (e.g. `node_load1` or `node_cpu_seconds_total{cpu="0",mode="idle"}`).
+pub fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| {
+        let rest = l.strip_prefix(series)?;
+        let v = rest.strip_prefix(' ')?;
+        v.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// Sum of every sample of a metric name (any labels).
+pub fn sum_of(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Whether BPF tests must run: `USESCOPE_REQUIRE_BPF=1` (set by `.ci/run`)
+/// turns a missing privilege into a failure instead of a skip.
+pub fn bpf_required() -> bool {
+    std::env::var("USESCOPE_REQUIRE_BPF").is_ok_and(|v| v == "1")
+}
+
+/// True when this process is root. If not, fails under
+/// `USESCOPE_REQUIRE_BPF=1`, otherwise prints a skip line and returns false.
+pub fn can_run_bpf(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { geteuid() } == 0;
+    if root {
+        return true;
+    }
+    if bpf_required() {
+        panic!(
+            "{test}: needs root for BPF but runs as uid {}, and USESCOPE_REQUIRE_BPF=1",
+            unsafe { geteuid() }
+        );
+    }
+    eprintln!(
+        "SKIPPED {test}: needs root for BPF (set USESCOPE_REQUIRE_BPF=1 to make this a failure)"
+    );
+    false
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// Copies a fixture tree into a fresh temporary directory the test may edit.
+pub fn copy_tree(src: &Path) -> PathBuf {
+    let dst = std::env::temp_dir().join(format!(
+        "usescope-test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    copy_dir(src, &dst);
+    dst
+}
+
+static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
