@@ -1,0 +1,118 @@
+//! Golden end-to-end test, node_exporter's habit: run the real binary on the
+//! captured fixture tree, scrape it over HTTP, and diff the whole exposition
+//! against the checked-in expected output.
+//!
+//! Regenerate after an intended change with
+//! `USESCOPE_UPDATE_GOLDEN=1 cargo test --test golden` and review the diff.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Daemon, fixture};
+
+/// Lines whose values depend on the running process, not on the fixture.
+fn stable(line: &str) -> bool {
+    !(line.contains("process_")
+        || line.contains("node_scrape_collector_duration_seconds")
+        || line.contains("usescope_build_info"))
+}
+
+fn scrape_fixture(tree: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        format!("--path.procfs={}", tree.display()),
+        format!("--path.sysfs={}", fixture("sys").display()),
+        "--collector.interrupts".to_string(),
+        "--no-probe.runqlat".to_string(),
+        "--no-probe.cachestat".to_string(),
+        "--no-probe.drops".to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = Daemon::start(&refs);
+    let expo = d.scrape();
+    assert!(d.stop().success());
+    expo
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = fixture("golden").join(name);
+    if std::env::var("USESCOPE_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, actual).unwrap();
+        eprintln!("updated {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("{}: {e} (run with USESCOPE_UPDATE_GOLDEN=1 to create it)", path.display())
+    });
+    if expected != actual {
+        let exp: Vec<&str> = expected.lines().collect();
+        let act: Vec<&str> = actual.lines().collect();
+        let missing: Vec<_> = exp.iter().filter(|l| !act.contains(l)).take(20).collect();
+        let extra: Vec<_> = act.iter().filter(|l| !exp.contains(l)).take(20).collect();
+        panic!(
+            "{name} differs from the golden file.\nmissing (first 20): {missing:#?}\nunexpected (first 20): {extra:#?}\n(order may differ too; USESCOPE_UPDATE_GOLDEN=1 regenerates)"
+        );
+    }
+}
+
+#[test]
+fn captured_tree_matches_golden() {
+    let expo = scrape_fixture(&fixture("proc"), &[]);
+    let stable: String = expo
+        .lines()
+        .filter(|l| stable(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    check_golden("proc.prom", &stable);
+}
+
+#[test]
+fn openmetrics_golden() {
+    let tree = fixture("proc");
+    let d = Daemon::start(&[
+        &format!("--path.procfs={}", tree.display()),
+        "--collector.disable-defaults",
+        "--collector.loadavg",
+        "--collector.netdev",
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ]);
+    let r = d.get_with("/metrics", &[("Accept", "application/openmetrics-text; version=1.0.0")]);
+    let stable: String = r
+        .text()
+        .lines()
+        .filter(|l| stable(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    check_golden("proc.openmetrics", &stable);
+}
+
+#[test]
+fn large_host_every_collector_succeeds() {
+    let expo = scrape_fixture(&fixture("large"), &[]);
+    for spec in usescope::collectors::ALL {
+        assert_eq!(
+            common::sample(
+                &expo,
+                &format!("node_scrape_collector_success{{collector=\"{}\"}}", spec.name)
+            ),
+            Some(1.0),
+            "collector {} failed on the large host",
+            spec.name
+        );
+    }
+    let count = |prefix: &str| expo.lines().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(count("node_cpu_seconds_total{"), 256 * 8);
+    assert_eq!(count("node_softirqs_functions_total{"), 256 * 10);
+    assert_eq!(count("node_disk_reads_completed_total{"), 1000);
+    assert_eq!(count("node_softnet_processed_total{"), 256);
+    assert_eq!(count("node_schedstat_running_seconds_total{"), 256);
+    let nodes: std::collections::BTreeSet<&str> = expo
+        .lines()
+        .filter(|l| l.starts_with("node_zoneinfo_min_pages{"))
+        .filter_map(|l| l.split("node=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(nodes.len(), 4, "NUMA nodes seen: {nodes:?}");
+}

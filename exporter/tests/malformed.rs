@@ -1,0 +1,306 @@
+//! Bad input, end to end: each /proc file a collector reads is corrupted in
+//! a copy of the captured tree while the real daemon serves it.
+//!
+//! For every file and every corruption:
+//! - the scrape still answers 200 and nothing panics;
+//! - the owning collector either parses it or reports success 0 and logs
+//!   the file (and line, where there is one) — garbage, invalid UTF-8 and
+//!   u64 overflow must fail;
+//! - every other collector's output is byte-for-byte unchanged;
+//! - once the file is repaired, the next scrape succeeds again.
+//!
+//! Deleting a file models a kernel without the feature: success stays 1
+//! and the collector's series disappear, then come back.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use common::{Daemon, copy_tree, fixture};
+
+/// (file relative to procfs, owning collector)
+const FILES: &[(&str, &str)] = &[
+    ("stat", "stat"),
+    ("softirqs", "softirqs"),
+    ("interrupts", "interrupts"),
+    ("schedstat", "schedstat"),
+    ("loadavg", "loadavg"),
+    ("meminfo", "meminfo"),
+    ("vmstat", "vmstat"),
+    ("zoneinfo", "zoneinfo"),
+    ("pressure/memory", "pressure"),
+    ("diskstats", "diskstats"),
+    ("net/dev", "netdev"),
+    ("net/netstat", "netstat"),
+    ("net/snmp", "netstat"),
+    ("net/sockstat", "sockstat"),
+    ("net/softnet_stat", "softnet"),
+    ("net/stat/nf_conntrack", "conntrack"),
+    ("sys/net/netfilter/nf_conntrack_count", "conntrack"),
+];
+
+/// A corruption of a file's bytes, and whether the collector must fail on it.
+struct Variant {
+    name: &'static str,
+    must_fail: bool,
+    apply: fn(&[u8]) -> Vec<u8>,
+}
+
+fn lines_map(b: &[u8], f: impl Fn(usize, &str) -> String) -> Vec<u8> {
+    let s = String::from_utf8_lossy(b);
+    let mut out = String::new();
+    for (i, l) in s.lines().enumerate() {
+        out.push_str(&f(i, l));
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "garbage",
+        must_fail: true,
+        apply: |_| b"\x01garbage here\n%%% not a kernel file %%%\n:::\n".to_vec(),
+    },
+    Variant {
+        name: "invalid-utf8",
+        must_fail: true,
+        apply: |b| {
+            let mut v = b.to_vec();
+            let at = v.iter().position(|&c| c == b'\n').map_or(0, |p| p + 1);
+            v.splice(at..at, [0xff, 0xfe, b' ']);
+            v
+        },
+    },
+    Variant {
+        name: "u64-overflow",
+        must_fail: true,
+        apply: |b| {
+            // Replace the first run of digits that is a whole token (not part
+            // of a name like cpu0) with a value past u64::MAX.
+            let s = String::from_utf8_lossy(b).into_owned();
+            let mut out = String::new();
+            let mut done = false;
+            for line in s.split_inclusive('\n') {
+                if done {
+                    out.push_str(line);
+                    continue;
+                }
+                let mut replaced = String::new();
+                for (i, tok) in line.split(' ').enumerate() {
+                    if i > 0 {
+                        replaced.push(' ');
+                    }
+                    let t = tok.trim_end_matches('\n');
+                    if !done && !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit()) {
+                        replaced.push_str("99999999999999999999999");
+                        if tok.ends_with('\n') {
+                            replaced.push('\n');
+                        }
+                        done = true;
+                    } else {
+                        replaced.push_str(tok);
+                    }
+                }
+                out.push_str(&replaced);
+            }
+            out.into_bytes()
+        },
+    },
+    Variant {
+        name: "empty",
+        must_fail: false,
+        apply: |_| Vec::new(),
+    },
+    Variant {
+        name: "truncated",
+        must_fail: false,
+        apply: |b| b[..b.len() / 2].to_vec(),
+    },
+    Variant {
+        name: "missing-column",
+        must_fail: false,
+        apply: |b| {
+            lines_map(b, |i, l| {
+                if i == 1 {
+                    l.rsplit_once(' ').map_or(String::new(), |(a, _)| a.to_string())
+                } else {
+                    l.to_string()
+                }
+            })
+        },
+    },
+    Variant {
+        name: "extra-column",
+        must_fail: false,
+        apply: |b| lines_map(b, |_, l| format!("{l} 7")),
+    },
+];
+
+/// Lines that legitimately differ between two scrapes of a static tree.
+fn volatile(line: &str) -> bool {
+    line.starts_with("process_")
+        || line.starts_with("# HELP process_")
+        || line.starts_with("# TYPE process_")
+        || line.starts_with("node_scrape_collector_duration_seconds")
+        || line.starts_with("node_scrape_collector_success")
+        || line.contains("usescope_probe")
+        || line.contains("usescope_bpf_")
+}
+
+/// The exposition without volatile lines and without `owned` families.
+fn others(expo: &str, owned: &BTreeSet<String>) -> Vec<String> {
+    expo.lines()
+        .filter(|l| !volatile(l))
+        .filter(|l| !owned.contains(family_of(l)))
+        .map(str::to_string)
+        .collect()
+}
+
+fn family_of(line: &str) -> &str {
+    let l = line
+        .strip_prefix("# HELP ")
+        .or_else(|| line.strip_prefix("# TYPE "))
+        .unwrap_or(line);
+    let end = l.find(['{', ' ']).unwrap_or(l.len());
+    &l[..end]
+}
+
+fn success(expo: &str, collector: &str) -> Option<f64> {
+    common::sample(
+        expo,
+        &format!("node_scrape_collector_success{{collector=\"{collector}\"}}"),
+    )
+}
+
+const ALL_COLLECTORS: &[&str] = &["--collector.interrupts", "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"];
+
+fn tree_with_schedstat() -> std::path::PathBuf {
+    let tree = copy_tree(&fixture("proc"));
+    // This machine's kernel has no schedstat; borrow the synthetic one.
+    std::fs::copy(fixture("large").join("schedstat"), tree.join("schedstat")).unwrap();
+    tree
+}
+
+fn start(tree: &Path, extra: &[&str]) -> Daemon {
+    let mut args = vec![format!("--path.procfs={}", tree.display())];
+    args.extend(ALL_COLLECTORS.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Daemon::start(&refs)
+}
+
+/// Families a collector emits on the intact tree.
+fn owned_families(tree: &Path, collector: &str) -> BTreeSet<String> {
+    let d = start(
+        tree,
+        &["--collector.disable-defaults", &format!("--collector.{collector}")],
+    );
+    let expo = d.scrape();
+    expo.lines()
+        .filter(|l| !volatile(l))
+        .map(|l| family_of(l).to_string())
+        .filter(|f| !f.is_empty())
+        .collect()
+}
+
+#[test]
+fn every_file_every_corruption() {
+    let tree = tree_with_schedstat();
+    let daemon = start(&tree, &[]);
+    let baseline = daemon.scrape();
+    let mut failures = Vec::new();
+    for &(file, collector) in FILES {
+        let path = tree.join(file);
+        let original = std::fs::read(&path).unwrap();
+        let owned = owned_families(&tree, collector);
+        assert!(!owned.is_empty(), "{collector} emits nothing on the fixture");
+        assert_eq!(success(&baseline, collector), Some(1.0), "{collector} fails on the intact fixture");
+        let base_others = others(&baseline, &owned);
+        for v in VARIANTS {
+            std::fs::write(&path, (v.apply)(&original)).unwrap();
+            let r = daemon.get("/metrics");
+            let case = format!("{file} / {}", v.name);
+            if r.status != 200 {
+                failures.push(format!("{case}: status {}", r.status));
+                continue;
+            }
+            let expo = r.text();
+            let ok = success(&expo, collector);
+            if v.must_fail && ok != Some(0.0) {
+                failures.push(format!("{case}: expected success 0, got {ok:?}"));
+            }
+            if ok == Some(0.0) {
+                let emitted: Vec<&str> = expo
+                    .lines()
+                    .filter(|l| !volatile(l) && owned.contains(family_of(l)))
+                    .collect();
+                // conntrack's stat file and sysctls are separate families of
+                // one collector: a failure drops all of them.
+                if !emitted.is_empty() {
+                    failures.push(format!("{case}: failed collector still emitted {:?}", &emitted[..emitted.len().min(3)]));
+                }
+                let needle = path.display().to_string();
+                if !daemon.log().iter().any(|l| l.contains(&needle) && l.contains("collector failed")) {
+                    failures.push(format!("{case}: no log line naming {needle}"));
+                }
+            }
+            if others(&expo, &owned) != base_others {
+                failures.push(format!("{case}: another collector's output changed"));
+            }
+            std::fs::write(&path, &original).unwrap();
+            let repaired = daemon.scrape();
+            if success(&repaired, collector) != Some(1.0) {
+                failures.push(format!("{case}: repaired file did not recover"));
+            }
+        }
+    }
+    let log = daemon.log();
+    if let Some(p) = log.iter().find(|l| l.contains("panicked")) {
+        failures.push(format!("panic in log: {p}"));
+    }
+    let _ = std::fs::remove_dir_all(&tree);
+    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn garbage_log_names_file_and_line() {
+    let tree = tree_with_schedstat();
+    std::fs::write(tree.join("loadavg"), "0.1 0.2 zz 1/2 3\n").unwrap();
+    let d = start(&tree, &[]);
+    let expo = d.scrape();
+    assert_eq!(success(&expo, "loadavg"), Some(0.0));
+    let line = d
+        .wait_for_log("collector failed", std::time::Duration::from_secs(5))
+        .expect("a warning");
+    assert!(line.contains("collector=loadavg"), "{line}");
+    assert!(line.contains(&tree.join("loadavg").display().to_string()), "{line}");
+    assert!(line.contains("line=1"), "{line}");
+    assert!(line.contains("zz"), "{line}");
+    let _ = std::fs::remove_dir_all(&tree);
+}
+
+#[test]
+fn absent_file_is_not_a_failure_and_comes_back() {
+    let tree = tree_with_schedstat();
+    let d = start(&tree, &[]);
+    let before = d.scrape();
+    assert!(common::sample(&before, "node_nf_conntrack_entries_limit").is_some());
+    let moved = tree.join("conntrack-away");
+    std::fs::create_dir_all(&moved).unwrap();
+    let ct = tree.join("sys/net/netfilter");
+    let stat = tree.join("net/stat/nf_conntrack");
+    std::fs::rename(&ct, moved.join("netfilter")).unwrap();
+    std::fs::rename(&stat, moved.join("nf_conntrack")).unwrap();
+    let gone = d.scrape();
+    assert_eq!(success(&gone, "conntrack"), Some(1.0));
+    assert!(!gone.contains("node_nf_conntrack"), "series remain after module unload");
+    assert!(d.wait_for_log("source absent", std::time::Duration::from_secs(5)).is_some());
+    std::fs::rename(moved.join("netfilter"), &ct).unwrap();
+    std::fs::rename(moved.join("nf_conntrack"), &stat).unwrap();
+    let back = d.scrape();
+    assert_eq!(success(&back, "conntrack"), Some(1.0));
+    assert!(common::sample(&back, "node_nf_conntrack_entries_limit").is_some());
+    let _ = std::fs::remove_dir_all(&tree);
+}

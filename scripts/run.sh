@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs usescope. Run as root so the eBPF probes attach
+# (without root they report usescope_probe_up 0 and /proc metrics still work).
+# Extra arguments go to usescope, e.g. scripts/run.sh --web.listen-address=127.0.0.1:9200
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release --locked -q
+exec target/release/usescope "$@"

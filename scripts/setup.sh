@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what usescope needs to build, run and test on a fresh Debian 12
+# machine (run as root). Idempotent: apt runs only for missing packages.
+#
+# Rust >= 1.95 must already be on PATH (rustup's stable): Debian 12's own
+# rustc is 1.63, far too old, and no other Rust source is reachable here.
+set -euo pipefail
+
+packages=(
+  clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
+  prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
+  docker-compose                  # offline validation of docker-compose.yml
+  python3 curl ca-certificates util-linux
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # --no-install-recommends: the prometheus package recommends Debian's
+  # node_exporter, which we do not want running beside usescope.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust >= 1.95 (rustup) first" >&2; exit 1; }
+rustc_minor=$(rustc --version | awk '{split($2, v, "."); print v[2]}')
+if [ "${rustc_minor:-0}" -lt 95 ]; then
+  echo "setup: rustc $(rustc --version) is older than 1.95" >&2
+  exit 1
+fi
+for comp in rustfmt clippy; do
+  if ! cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null && rustup component add "$comp" >/dev/null 2>&1 || true
+  fi
+done
+echo "setup: ok ($(rustc --version), $(clang --version | head -1))"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Sets up and runs every test: formatting, lints, unit and integration tests
+# (including the real eBPF probes when run as root), promtool/amtool checks
+# of the rules and Alertmanager config, compose validation, and the
+# end-to-end tests against real Prometheus and Alertmanager servers.
+#
+# Set USESCOPE_REQUIRE_BPF=1 (CI does) to make any BPF test that cannot run
+# fail instead of skip.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh || exit 1
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+passed=0
+failed=0
+failures=()
+step() {
+  local name=$1
+  shift
+  echo "==> $name"
+  local start=$SECONDS
+  if "$@"; then
+    passed=$((passed + 1))
+    echo "<== $name: ok ($((SECONDS - start)) s)"
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    echo "<== $name: FAILED ($((SECONDS - start)) s)"
+  fi
+}
+
+step "cargo fmt" cargo fmt --all -- --check
+step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
+step "cargo test" cargo test --locked -q
+[ -x alerts/test.sh ] && step "rules and alertmanager config (promtool, amtool)" alerts/test.sh
+[ -f docker-compose.yml ] && step "docker-compose config" docker-compose -f docker-compose.yml config -q
+[ -x tests/e2e/run.sh ] && step "end-to-end with Prometheus and Alertmanager" tests/e2e/run.sh
+
+echo
+if [ "$failed" -gt 0 ]; then
+  echo "failed steps: ${failures[*]}"
+fi
+echo "test.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
