@@ -10,7 +10,7 @@ packages=(
   clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
   prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
   docker-compose                  # offline validation of docker-compose.yml
-  python3 curl ca-certificates util-linux
+  python3 curl openssl ca-certificates util-linux
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -29,6 +29,8 @@ pub struct Config {
     pub probes: ProbeSettings,
     pub log_level: String,
     pub log_format: LogFormat,
+    /// `--web.config.file`: TLS, basic auth and headers (exporter-toolkit format).
+    pub web_config_file: Option<std::path::PathBuf>,
 }
 
 pub fn command() -> Command {
@@ -61,6 +63,11 @@ pub fn command() -> Command {
                 .default_value("40")
                 .value_parser(value_parser!(usize))
                 .help("Maximum number of parallel scrape requests; beyond it a scrape gets 503. 0 disables the limit"),
+        )
+        .arg(
+            Arg::new("web.config.file")
+                .long("web.config.file")
+                .help("Path to a configuration file that can enable TLS or authentication (exporter-toolkit format); SIGHUP reloads it"),
         )
         .arg(
             Arg::new("path.procfs")
@@ -177,6 +184,7 @@ where
         settings,
         collectors,
         probes: probes::settings_from(&m, enabled_probes),
+        web_config_file: m.get_one::<String>("web.config.file").map(Into::into),
         log_level: s("log.level"),
         log_format: if s("log.format") == "json" {
             LogFormat::Json

@@ -15,4 +15,6 @@ pub mod http;
 pub mod parse;
 pub mod probes;
 pub mod self_metrics;
+pub mod server;
 pub mod source;
+pub mod web_config;

@@ -8,6 +8,8 @@ use tracing_subscriber::prelude::*;
 use usescope::cli::{self, Config, LogFormat};
 use usescope::collector::Scraper;
 use usescope::self_metrics::SelfMetrics;
+use usescope::server::{self, Limits, WebState};
+use usescope::web_config::WebConfig;
 use usescope::{collectors, http, probes};
 
 fn main() -> ExitCode {
@@ -75,6 +77,10 @@ fn init_logging(config: &Config) {
 }
 
 async fn run(config: Config) -> Result<(), String> {
+    let web_config = match &config.web_config_file {
+        Some(path) => WebConfig::load(path)?,
+        None => WebConfig::none(),
+    };
     let addr = cli::resolve_listen_address(&config.listen_address)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -94,16 +100,51 @@ async fn run(config: Config) -> Result<(), String> {
     );
 
     let state = http::AppState::new(scraper, config.max_requests, &config.telemetry_path);
-    axum::serve(listener, http::router(state.clone()))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
+    let limits = Limits::default();
+    let web = WebState::new(web_config, &limits);
+    if let Some(path) = config.web_config_file.clone() {
+        tokio::spawn(reload_on_sighup(path, web.clone()));
+    }
+    let app = server::guard(http::router(state.clone()), web.clone());
+    server::serve(
+        listener,
+        app,
+        web,
+        limits,
+        shutdown_signal(),
+        SHUTDOWN_DRAIN,
+    )
+    .await;
     // Detach every probe before exiting: dropping the scraper drops the
     // probe collectors, and dropping `probes` drops the loaded programs.
     drop(state);
     drop(probes);
     tracing::info!("usescope stopped");
     Ok(())
+}
+
+/// How long in-flight scrapes may run after SIGTERM before we exit anyway.
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// SIGHUP re-reads `--web.config.file`. A bad file keeps the previous
+/// configuration and logs why; the listener is never closed.
+async fn reload_on_sighup(path: std::path::PathBuf, web: std::sync::Arc<WebState>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install SIGHUP handler; web config reload disabled");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match WebConfig::load(&path) {
+            Ok(c) => {
+                web.replace(c);
+                tracing::info!(file = %path.display(), "web config reloaded");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "web config reload failed; keeping the previous configuration")
+            }
+        }
+    }
 }
 
 async fn shutdown_signal() {
