@@ -43,7 +43,10 @@ fn check_golden(name: &str, actual: &str) {
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e} (run with USESCOPE_UPDATE_GOLDEN=1 to create it)", path.display())
+        panic!(
+            "{}: {e} (run with USESCOPE_UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
     });
     if expected != actual {
         let exp: Vec<&str> = expected.lines().collect();
@@ -79,7 +82,10 @@ fn openmetrics_golden() {
         "--no-probe.cachestat",
         "--no-probe.drops",
     ]);
-    let r = d.get_with("/metrics", &[("Accept", "application/openmetrics-text; version=1.0.0")]);
+    let r = d.get_with(
+        "/metrics",
+        &[("Accept", "application/openmetrics-text; version=1.0.0")],
+    );
     let stable: String = r
         .text()
         .lines()
@@ -96,7 +102,10 @@ fn large_host_every_collector_succeeds() {
         assert_eq!(
             common::sample(
                 &expo,
-                &format!("node_scrape_collector_success{{collector=\"{}\"}}", spec.name)
+                &format!(
+                    "node_scrape_collector_success{{collector=\"{}\"}}",
+                    spec.name
+                )
             ),
             Some(1.0),
             "collector {} failed on the large host",

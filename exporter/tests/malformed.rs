@@ -124,7 +124,8 @@ const VARIANTS: &[Variant] = &[
         apply: |b| {
             lines_map(b, |i, l| {
                 if i == 1 {
-                    l.rsplit_once(' ').map_or(String::new(), |(a, _)| a.to_string())
+                    l.rsplit_once(' ')
+                        .map_or(String::new(), |(a, _)| a.to_string())
                 } else {
                     l.to_string()
                 }
@@ -174,7 +175,12 @@ fn success(expo: &str, collector: &str) -> Option<f64> {
     )
 }
 
-const ALL_COLLECTORS: &[&str] = &["--collector.interrupts", "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"];
+const ALL_COLLECTORS: &[&str] = &[
+    "--collector.interrupts",
+    "--no-probe.runqlat",
+    "--no-probe.cachestat",
+    "--no-probe.drops",
+];
 
 fn tree_with_schedstat() -> std::path::PathBuf {
     let tree = copy_tree(&fixture("proc"));
@@ -195,7 +201,10 @@ fn start(tree: &Path, extra: &[&str]) -> Daemon {
 fn owned_families(tree: &Path, collector: &str) -> BTreeSet<String> {
     let d = start(
         tree,
-        &["--collector.disable-defaults", &format!("--collector.{collector}")],
+        &[
+            "--collector.disable-defaults",
+            &format!("--collector.{collector}"),
+        ],
     );
     let expo = d.scrape();
     expo.lines()
@@ -215,8 +224,15 @@ fn every_file_every_corruption() {
         let path = tree.join(file);
         let original = std::fs::read(&path).unwrap();
         let owned = owned_families(&tree, collector);
-        assert!(!owned.is_empty(), "{collector} emits nothing on the fixture");
-        assert_eq!(success(&baseline, collector), Some(1.0), "{collector} fails on the intact fixture");
+        assert!(
+            !owned.is_empty(),
+            "{collector} emits nothing on the fixture"
+        );
+        assert_eq!(
+            success(&baseline, collector),
+            Some(1.0),
+            "{collector} fails on the intact fixture"
+        );
         let base_others = others(&baseline, &owned);
         for v in VARIANTS {
             std::fs::write(&path, (v.apply)(&original)).unwrap();
@@ -239,10 +255,17 @@ fn every_file_every_corruption() {
                 // conntrack's stat file and sysctls are separate families of
                 // one collector: a failure drops all of them.
                 if !emitted.is_empty() {
-                    failures.push(format!("{case}: failed collector still emitted {:?}", &emitted[..emitted.len().min(3)]));
+                    failures.push(format!(
+                        "{case}: failed collector still emitted {:?}",
+                        &emitted[..emitted.len().min(3)]
+                    ));
                 }
                 let needle = path.display().to_string();
-                if !daemon.log().iter().any(|l| l.contains(&needle) && l.contains("collector failed")) {
+                if !daemon
+                    .log()
+                    .iter()
+                    .any(|l| l.contains(&needle) && l.contains("collector failed"))
+                {
                     failures.push(format!("{case}: no log line naming {needle}"));
                 }
             }
@@ -261,7 +284,12 @@ fn every_file_every_corruption() {
         failures.push(format!("panic in log: {p}"));
     }
     let _ = std::fs::remove_dir_all(&tree);
-    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} problems:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -275,7 +303,10 @@ fn garbage_log_names_file_and_line() {
         .wait_for_log("collector failed", std::time::Duration::from_secs(5))
         .expect("a warning");
     assert!(line.contains("collector=loadavg"), "{line}");
-    assert!(line.contains(&tree.join("loadavg").display().to_string()), "{line}");
+    assert!(
+        line.contains(&tree.join("loadavg").display().to_string()),
+        "{line}"
+    );
     assert!(line.contains("line=1"), "{line}");
     assert!(line.contains("zz"), "{line}");
     let _ = std::fs::remove_dir_all(&tree);
@@ -295,8 +326,14 @@ fn absent_file_is_not_a_failure_and_comes_back() {
     std::fs::rename(&stat, moved.join("nf_conntrack")).unwrap();
     let gone = d.scrape();
     assert_eq!(success(&gone, "conntrack"), Some(1.0));
-    assert!(!gone.contains("node_nf_conntrack"), "series remain after module unload");
-    assert!(d.wait_for_log("source absent", std::time::Duration::from_secs(5)).is_some());
+    assert!(
+        !gone.contains("node_nf_conntrack"),
+        "series remain after module unload"
+    );
+    assert!(
+        d.wait_for_log("source absent", std::time::Duration::from_secs(5))
+            .is_some()
+    );
     std::fs::rename(moved.join("netfilter"), &ct).unwrap();
     std::fs::rename(moved.join("nf_conntrack"), &stat).unwrap();
     let back = d.scrape();

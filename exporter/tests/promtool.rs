@@ -10,10 +10,15 @@ use std::process::{Command, Stdio};
 use common::Daemon;
 
 fn promtool_available(test: &str) -> bool {
-    let ok = Command::new("promtool").arg("--version").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: promtool is missing (scripts/setup.sh installs the prometheus package)");
+            panic!(
+                "{test}: promtool is missing (scripts/setup.sh installs the prometheus package)"
+            );
         }
         eprintln!("SKIPPED {test}: promtool not installed (apt-get install prometheus)");
     }
@@ -28,7 +33,10 @@ fn promtool_check_metrics_on_real_proc() {
     // Probes on when we may load them, so their families are linted too.
     let d = Daemon::start(&["--collector.interrupts"]);
     let expo = d.scrape();
-    assert!(expo.contains("node_cpu_seconds_total{"), "no CPU metrics on the real /proc");
+    assert!(
+        expo.contains("node_cpu_seconds_total{"),
+        "no CPU metrics on the real /proc"
+    );
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -36,7 +44,12 @@ fn promtool_check_metrics_on_real_proc() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(expo.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(expo.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let report = format!(
         "{}{}",
@@ -55,7 +68,11 @@ fn promtool_check_metrics_on_real_proc() {
         .filter(|l| !l.trim().is_empty())
         .filter(|l| !node_exporter_camel_case(l))
         .collect();
-    assert!(problems.is_empty(), "promtool lint problems:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "promtool lint problems:\n{}",
+        problems.join("\n")
+    );
 }
 
 /// node_exporter itself fails promtool's snake_case rule for names it
