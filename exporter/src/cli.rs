@@ -31,6 +31,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `--web.config.file`: TLS, basic auth and headers (exporter-toolkit format).
     pub web_config_file: Option<std::path::PathBuf>,
+    /// `--runtime.user`: switch to this user after the probes attach.
+    pub runtime_user: Option<String>,
 }
 
 pub fn command() -> Command {
@@ -68,6 +70,11 @@ pub fn command() -> Command {
             Arg::new("web.config.file")
                 .long("web.config.file")
                 .help("Path to a configuration file that can enable TLS or authentication (exporter-toolkit format); SIGHUP reloads it"),
+        )
+        .arg(
+            Arg::new("runtime.user")
+                .long("runtime.user")
+                .help("After the probes attach, switch to this user (name or uid); all capabilities are dropped either way"),
         )
         .arg(
             Arg::new("path.procfs")
@@ -184,6 +191,7 @@ where
         settings,
         collectors,
         probes: probes::settings_from(&m, enabled_probes),
+        runtime_user: m.get_one::<String>("runtime.user").cloned(),
         web_config_file: m.get_one::<String>("web.config.file").map(Into::into),
         log_level: s("log.level"),
         log_format: if s("log.format") == "json" {

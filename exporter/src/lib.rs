@@ -13,6 +13,7 @@ pub mod error;
 pub mod exposition;
 pub mod http;
 pub mod parse;
+pub mod privileges;
 pub mod probes;
 pub mod self_metrics;
 pub mod server;

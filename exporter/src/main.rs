@@ -92,6 +92,10 @@ async fn run(config: Config) -> Result<(), String> {
         scraper.add(spec.name, (spec.build)(&config.settings));
     }
     let probes = probes::attach(&config.probes, &mut scraper);
+    match usescope::privileges::drop_after_attach(config.runtime_user.as_deref()) {
+        Ok(what) => tracing::info!("{what}"),
+        Err(e) => return Err(format!("dropping privileges failed: {e}")),
+    }
     tracing::info!(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         collectors = %config.collectors.join(","),
