@@ -10,7 +10,8 @@ packages=(
   clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
   prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
   docker-compose                  # offline validation of docker-compose.yml
-  python3 curl openssl ca-certificates util-linux
+  python3 python3-venv curl openssl ca-certificates util-linux
+  systemd                         # systemd-analyze verify of the unit file
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -33,6 +33,7 @@ step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
 step "cargo test" cargo test --locked -q
 [ -x alerts/test.sh ] && step "rules and alertmanager config (promtool, amtool)" alerts/test.sh
+step "fleet packaging (systemd-analyze, kubernetes-validate)" deploy/test.sh
 [ -f docker-compose.yml ] && step "docker-compose config" docker-compose -f docker-compose.yml config -q
 [ -x tests/e2e/run.sh ] && step "end-to-end with Prometheus and Alertmanager" tests/e2e/run.sh
 
