@@ -12,6 +12,7 @@ packages=(
   docker-compose                  # offline validation of docker-compose.yml
   python3 python3-venv curl openssl ca-certificates util-linux
   systemd                         # systemd-analyze verify of the unit file
+  wrk                             # the load test
 )
 missing=()
 for p in "${packages[@]}"; do

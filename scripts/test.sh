@@ -32,6 +32,8 @@ step() {
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
 step "cargo test" cargo test --locked -q
+step "release build" cargo build --locked --release -q
+step "load: 100 concurrent scrapers for 60 s (wrk)" env USESCOPE_BIN=target/release/usescope tests/load/load_test.py
 [ -x alerts/test.sh ] && step "rules and alertmanager config (promtool, amtool)" alerts/test.sh
 step "fleet packaging (systemd-analyze, kubernetes-validate)" deploy/test.sh
 [ -f docker-compose.yml ] && step "docker-compose config" docker-compose -f docker-compose.yml config -q
