@@ -54,9 +54,18 @@ def free_port():
 
 
 def oncpu_ns(pid):
-    """Precise on-CPU time of all threads (first field of /proc/PID/schedstat)."""
-    with open(f"/proc/{pid}/schedstat") as f:
-        return int(f.read().split()[0])
+    """Precise on-CPU time summed over the process's live threads (first
+    field of /proc/PID/task/TID/schedstat). Threads that exit take their
+    time with them, so the utime+stime cross-check (which keeps it, at
+    clock-tick resolution) is reported next to it."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
 
 
 def ticks_s(pid):
