@@ -1,18 +1,398 @@
-//! Placeholder: to be implemented.
+//! /proc/net/dev → `node_network_{receive,transmit}_*_total{device}`.
+//!
+//! The names are node_exporter's for this file (its procfs path, after its
+//! `legacy` renaming): `receive_errs`, `receive_drop`, `transmit_colls`, ...
+//! Errors, drops, overruns (`fifo`), carrier losses and collisions are the
+//! interface "errors" of the USE method: any non-zero rate is worth a look.
+//!
+//! The column layout has been fixed since Linux 2.6; the header is still
+//! checked so a kernel that changes it is reported rather than silently
+//! mislabelled.
+
+use std::ops::Range;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::error::CollectError;
-use crate::exposition::Encoder;
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder};
+use crate::parse::u64_field;
+use crate::source::{Read, SourceFile};
 
-struct Todo;
+/// Column names of the receive and transmit halves of the header.
+const RECEIVE: [&str; 8] = [
+    "bytes",
+    "packets",
+    "errs",
+    "drop",
+    "fifo",
+    "frame",
+    "compressed",
+    "multicast",
+];
+const TRANSMIT: [&str; 8] = [
+    "bytes",
+    "packets",
+    "errs",
+    "drop",
+    "fifo",
+    "colls",
+    "carrier",
+    "compressed",
+];
+const COLUMNS: usize = RECEIVE.len() + TRANSMIT.len();
 
-impl Collector for Todo {
-    fn collect(&mut self, _enc: &mut Encoder) -> Result<(), CollectError> {
+/// One family per column, in file order.
+const DESCS: [Desc; COLUMNS] = [
+    Desc::counter(
+        "node_network_receive_bytes_total",
+        "Network device statistic receive_bytes.",
+    ),
+    Desc::counter(
+        "node_network_receive_packets_total",
+        "Network device statistic receive_packets.",
+    ),
+    Desc::counter(
+        "node_network_receive_errs_total",
+        "Network device statistic receive_errs.",
+    ),
+    Desc::counter(
+        "node_network_receive_drop_total",
+        "Network device statistic receive_drop.",
+    ),
+    Desc::counter(
+        "node_network_receive_fifo_total",
+        "Network device statistic receive_fifo.",
+    ),
+    Desc::counter(
+        "node_network_receive_frame_total",
+        "Network device statistic receive_frame.",
+    ),
+    Desc::counter(
+        "node_network_receive_compressed_total",
+        "Network device statistic receive_compressed.",
+    ),
+    Desc::counter(
+        "node_network_receive_multicast_total",
+        "Network device statistic receive_multicast.",
+    ),
+    Desc::counter(
+        "node_network_transmit_bytes_total",
+        "Network device statistic transmit_bytes.",
+    ),
+    Desc::counter(
+        "node_network_transmit_packets_total",
+        "Network device statistic transmit_packets.",
+    ),
+    Desc::counter(
+        "node_network_transmit_errs_total",
+        "Network device statistic transmit_errs.",
+    ),
+    Desc::counter(
+        "node_network_transmit_drop_total",
+        "Network device statistic transmit_drop.",
+    ),
+    Desc::counter(
+        "node_network_transmit_fifo_total",
+        "Network device statistic transmit_fifo.",
+    ),
+    Desc::counter(
+        "node_network_transmit_colls_total",
+        "Network device statistic transmit_colls.",
+    ),
+    Desc::counter(
+        "node_network_transmit_carrier_total",
+        "Network device statistic transmit_carrier.",
+    ),
+    Desc::counter(
+        "node_network_transmit_compressed_total",
+        "Network device statistic transmit_compressed.",
+    ),
+];
+
+/// One interface's counters, in [`DESCS`] order.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Interface<'a> {
+    pub name: &'a str,
+    pub values: [u64; COLUMNS],
+}
+
+/// Checks the two header lines and returns an iterator over interfaces.
+pub fn parse(s: &str) -> Result<Interfaces<'_>, ParseError> {
+    let mut lines = s.lines();
+    let first = lines
+        .next()
+        .ok_or_else(|| ParseError::new(1, "empty file"))?;
+    if !first.starts_with("Inter-|") {
+        return Err(ParseError::new(
+            1,
+            format!("expected the \"Inter-|\" header, found {first:?}"),
+        ));
+    }
+    let second = lines
+        .next()
+        .ok_or_else(|| ParseError::new(2, "missing the column header line"))?;
+    check_columns(second)?;
+    Ok(Interfaces {
+        lines: lines.enumerate(),
+    })
+}
+
+/// The second header line: ` face |bytes packets ...|bytes packets ...`.
+fn check_columns(line: &str) -> Result<(), ParseError> {
+    let mut parts = line.split('|');
+    let (_face, rx, tx) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(face), Some(rx), Some(tx), None) => (face, rx, tx),
+        _ => {
+            return Err(ParseError::new(
+                2,
+                "column header must have three |-separated parts",
+            ));
+        }
+    };
+    for (half, names, want) in [("receive", rx, &RECEIVE), ("transmit", tx, &TRANSMIT)] {
+        if !names.split_whitespace().eq(want.iter().copied()) {
+            return Err(ParseError::new(
+                2,
+                format!("unexpected {half} columns {:?}", names.trim()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub struct Interfaces<'a> {
+    lines: std::iter::Enumerate<std::str::Lines<'a>>,
+}
+
+impl<'a> Iterator for Interfaces<'a> {
+    type Item = Result<Interface<'a>, ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (i, line) = self.lines.next()?;
+        Some(parse_interface(line, i + 3))
+    }
+}
+
+/// `  eth0: 129599572    3995    0 ...`: the kernel pads the name to six
+/// characters, so a long counter may follow the colon without a space.
+/// Interface names cannot contain ':' (dev_valid_name), so the first colon
+/// ends the name.
+fn parse_interface(line: &str, lineno: usize) -> Result<Interface<'_>, ParseError> {
+    let (name, rest) = line
+        .split_once(':')
+        .ok_or_else(|| ParseError::new(lineno, "missing ':' after the interface name"))?;
+    let name = name.trim();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return Err(ParseError::new(
+            lineno,
+            format!("invalid interface name {name:?}"),
+        ));
+    }
+    let mut values = [0u64; COLUMNS];
+    let mut n = 0;
+    for (i, tok) in rest.split_whitespace().enumerate() {
+        let slot = values.get_mut(i).ok_or_else(|| {
+            ParseError::new(lineno, format!("{name}: more than {COLUMNS} counters"))
+        })?;
+        *slot = u64_field(tok, lineno, DESCS[i].name)?;
+        n = i + 1;
+    }
+    if n != COLUMNS {
+        return Err(ParseError::new(
+            lineno,
+            format!("{name}: {n} counters, {COLUMNS} expected"),
+        ));
+    }
+    Ok(Interface { name, values })
+}
+
+/// An interface's counters with its name kept as a range into
+/// [`NetDevCollector::names`], so rows can be reused across scrapes.
+struct Row {
+    name: Range<usize>,
+    values: [u64; COLUMNS],
+}
+
+pub struct NetDevCollector {
+    file: SourceFile,
+    rows: Vec<Row>,
+    names: String,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    Box::new(NetDevCollector {
+        file: SourceFile::new(&s.procfs, "net/dev"),
+        rows: Vec::new(),
+        names: String::new(),
+    })
+}
+
+/// Parses `text` into the reused `rows` and `names`; families are written
+/// column by column, so every interface is parsed first.
+fn fill(rows: &mut Vec<Row>, names: &mut String, text: &str) -> Result<(), ParseError> {
+    rows.clear();
+    names.clear();
+    for iface in parse(text)? {
+        let iface = iface?;
+        let start = names.len();
+        names.push_str(iface.name);
+        rows.push(Row {
+            name: start..names.len(),
+            values: iface.values,
+        });
+    }
+    Ok(())
+}
+
+impl Collector for NetDevCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let text = match self.file.read()? {
+            Read::Text(t) => t,
+            Read::Absent => return Ok(()),
+        };
+        let parsed = fill(&mut self.rows, &mut self.names, text);
+        parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))?;
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        for (k, desc) in DESCS.iter().enumerate() {
+            enc.family(desc);
+            for row in &self.rows {
+                let device = self.names.get(row.name.clone()).unwrap_or_default();
+                enc.sample(desc, &[("device", device)], row.values[k]);
+            }
+        }
         Ok(())
     }
 }
 
-pub fn build(_s: &Settings) -> Box<dyn Collector> {
-    Box::new(Todo)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+    use proptest::prelude::*;
+    use std::path::Path;
+
+    const FIXTURE: &str = include_str!("../../tests/fixtures/proc/net/dev");
+    const HEADER: &str = "Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+";
+
+    fn interfaces(s: &str) -> Result<Vec<Interface<'_>>, ParseError> {
+        parse(s)?.collect()
+    }
+
+    #[test]
+    fn fixture() {
+        let ifs = interfaces(FIXTURE).unwrap();
+        let names: Vec<&str> = ifs.iter().map(|i| i.name).collect();
+        assert_eq!(names, ["lo", "ifb0", "ifb1", "eth0"]);
+        assert_eq!(
+            ifs[3].values,
+            [
+                129599572, 3995, 0, 0, 0, 0, 0, 0, 258896, 2430, 0, 0, 0, 0, 0, 0
+            ]
+        );
+    }
+
+    #[test]
+    fn counter_glued_to_the_colon() {
+        let s =
+            format!("{HEADER}enp0s31f6:18446744073709551615 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n");
+        let ifs = interfaces(&s).unwrap();
+        assert_eq!(ifs[0].name, "enp0s31f6");
+        assert_eq!(ifs[0].values[0], u64::MAX);
+        assert_eq!(ifs[0].values[15], 15);
+    }
+
+    #[test]
+    fn header_only_means_no_interfaces() {
+        assert_eq!(interfaces(HEADER).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn malformed() {
+        assert_eq!(interfaces("").unwrap_err().line, 1);
+        assert_eq!(interfaces("Inter-|\n").unwrap_err().line, 2);
+        assert!(interfaces("\u{1}garbage here\n%%% not a kernel file %%%\n:::\n").is_err());
+        // A header with an unknown column.
+        let renamed = FIXTURE.replace("colls", "collisions");
+        let e = interfaces(&renamed).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("transmit"));
+        let base = format!("{HEADER}  eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15");
+        let e = interfaces(&base).unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.msg.contains("15 counters"), "{}", e.msg);
+        let e = interfaces(&format!("{base} 16 17\n")).unwrap_err();
+        assert!(e.msg.contains("more than 16"), "{}", e.msg);
+        let e = interfaces(&format!("{HEADER}eth0 1 2 3\n")).unwrap_err();
+        assert!(e.msg.contains("':'"));
+        let e = interfaces(&format!("{HEADER}   : 1\n")).unwrap_err();
+        assert!(e.msg.contains("interface name"));
+        let e = interfaces(&format!("{base} x\n")).unwrap_err();
+        assert!(e.msg.contains("node_network_transmit_compressed_total"));
+        let over =
+            format!("{HEADER}eth0: 18446744073709551616 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n");
+        let e = interfaces(&over).unwrap_err();
+        assert!(e.msg.contains("node_network_receive_bytes_total"));
+        // Truncated in the middle of the last interface.
+        let cut = &FIXTURE[..FIXTURE.len() - 40];
+        assert_eq!(interfaces(cut).unwrap_err().line, 6);
+    }
+
+    #[test]
+    fn collector_on_fixture() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
+        let mut c = build(&Settings::with_roots(root, "/nonexistent"));
+        let mut buf = Vec::new();
+        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
+        c.collect(&mut enc).unwrap();
+        let out = String::from_utf8(buf).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 16 * (2 + 4));
+        assert_eq!(
+            lines[..6],
+            [
+                "# HELP node_network_receive_bytes_total Network device statistic receive_bytes.",
+                "# TYPE node_network_receive_bytes_total counter",
+                "node_network_receive_bytes_total{device=\"lo\"} 9062",
+                "node_network_receive_bytes_total{device=\"ifb0\"} 0",
+                "node_network_receive_bytes_total{device=\"ifb1\"} 0",
+                "node_network_receive_bytes_total{device=\"eth0\"} 129599572",
+            ]
+        );
+        for line in [
+            "node_network_receive_packets_total{device=\"eth0\"} 3995",
+            "node_network_receive_errs_total{device=\"eth0\"} 0",
+            "node_network_receive_drop_total{device=\"eth0\"} 0",
+            "node_network_receive_multicast_total{device=\"lo\"} 0",
+            "node_network_transmit_bytes_total{device=\"eth0\"} 258896",
+            "node_network_transmit_packets_total{device=\"eth0\"} 2430",
+            "node_network_transmit_colls_total{device=\"eth0\"} 0",
+            "node_network_transmit_carrier_total{device=\"eth0\"} 0",
+            "# TYPE node_network_transmit_compressed_total counter",
+        ] {
+            assert!(lines.contains(&line), "missing {line}");
+        }
+        // A second scrape reuses the buffers and yields the same output.
+        let mut again = Vec::new();
+        c.collect(&mut Encoder::new(&mut again, Format::PrometheusText))
+            .unwrap();
+        assert_eq!(String::from_utf8(again).unwrap(), out);
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            if let Ok(it) = parse(&s) { for _ in it {} }
+            if let Ok(it) = parse(&format!("{HEADER}{s}")) { for _ in it {} }
+        }
+
+        #[test]
+        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let s = String::from_utf8_lossy(&b);
+            if let Ok(it) = parse(&format!("{HEADER}{s}")) { for _ in it {} }
+        }
+    }
 }
