@@ -1,18 +1,345 @@
-//! Placeholder: to be implemented.
+//! /proc/pressure/{cpu,io,memory,irq} → `node_pressure_*_seconds_total`.
+//!
+//! Pressure stall information (PSI, Linux 4.20+). Like node_exporter 1.9 this
+//! exports only the cumulative `total=` stall time, converted from
+//! microseconds to seconds; the kernel's averages are better computed with
+//! `rate()`. "some" is exported as `*_waiting_*` (at least one task stalled),
+//! "full" as `*_stalled_*` (all non-idle tasks stalled). CPU "full" is not
+//! exported, as in node_exporter, and irq has only "full".
+//!
+//! Each resource file is optional: no /proc/pressure at all means the kernel
+//! has no PSI, and /proc/pressure/irq needs CONFIG_IRQ_TIME_ACCOUNTING.
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::error::CollectError;
-use crate::exposition::Encoder;
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder};
+use crate::parse::{f64_field, next_field, u64_field};
+use crate::source::{Read, SourceFile};
 
-struct Todo;
+const CPU_WAITING: Desc = Desc::counter(
+    "node_pressure_cpu_waiting_seconds_total",
+    "Total time in seconds that processes have waited for CPU time",
+);
+const IO_WAITING: Desc = Desc::counter(
+    "node_pressure_io_waiting_seconds_total",
+    "Total time in seconds that processes have waited due to IO congestion",
+);
+const IO_STALLED: Desc = Desc::counter(
+    "node_pressure_io_stalled_seconds_total",
+    "Total time in seconds no process could make progress due to IO congestion",
+);
+const MEMORY_WAITING: Desc = Desc::counter(
+    "node_pressure_memory_waiting_seconds_total",
+    "Total time in seconds that processes have waited for memory",
+);
+const MEMORY_STALLED: Desc = Desc::counter(
+    "node_pressure_memory_stalled_seconds_total",
+    "Total time in seconds no process could make progress due to memory congestion",
+);
+const IRQ_STALLED: Desc = Desc::counter(
+    "node_pressure_irq_stalled_seconds_total",
+    "Total time in seconds no process could make progress due to IRQ congestion",
+);
 
-impl Collector for Todo {
-    fn collect(&mut self, _enc: &mut Encoder) -> Result<(), CollectError> {
+/// One PSI resource: its file and which of its lines are exported as what.
+struct Resource {
+    file: &'static str,
+    some: Option<&'static Desc>,
+    full: Option<&'static Desc>,
+}
+
+const RESOURCES: [Resource; 4] = [
+    Resource {
+        file: "pressure/cpu",
+        some: Some(&CPU_WAITING),
+        full: None,
+    },
+    Resource {
+        file: "pressure/io",
+        some: Some(&IO_WAITING),
+        full: Some(&IO_STALLED),
+    },
+    Resource {
+        file: "pressure/memory",
+        some: Some(&MEMORY_WAITING),
+        full: Some(&MEMORY_STALLED),
+    },
+    Resource {
+        file: "pressure/irq",
+        some: None,
+        full: Some(&IRQ_STALLED),
+    },
+];
+
+/// The cumulative stall times of one resource, in microseconds.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Psi {
+    pub some_total_us: Option<u64>,
+    pub full_total_us: Option<u64>,
+}
+
+/// Parses `some|full avg10=F avg60=F avg300=F total=N` lines. Every line
+/// must have exactly that shape; either kind may be missing (irq has no
+/// "some", kernels before 5.13 have no cpu "full"), which the collector
+/// checks against what it exports.
+pub fn parse(s: &str) -> Result<Psi, ParseError> {
+    let mut psi = Psi {
+        some_total_us: None,
+        full_total_us: None,
+    };
+    for (i, line) in s.lines().enumerate() {
+        let n = i + 1;
+        let mut tokens = line.split_whitespace();
+        let Some(kind) = tokens.next() else { continue };
+        let slot = match kind {
+            "some" => &mut psi.some_total_us,
+            "full" => &mut psi.full_total_us,
+            other => {
+                return Err(ParseError::new(
+                    n,
+                    format!("expected `some` or `full`, found {other:?}"),
+                ));
+            }
+        };
+        if slot.is_some() {
+            return Err(ParseError::new(n, format!("second `{kind}` line")));
+        }
+        for avg in ["avg10", "avg60", "avg300"] {
+            f64_field(keyed(&mut tokens, n, avg)?, n, avg)?;
+        }
+        *slot = Some(u64_field(keyed(&mut tokens, n, "total")?, n, "total")?);
+        if let Some(extra) = tokens.next() {
+            return Err(ParseError::new(n, format!("extra column {extra:?}")));
+        }
+    }
+    Ok(psi)
+}
+
+/// Takes the next `key=value` token and returns the value.
+fn keyed<'a>(
+    tokens: &mut impl Iterator<Item = &'a str>,
+    line: usize,
+    key: &str,
+) -> Result<&'a str, ParseError> {
+    let tok = next_field(tokens, line, key)?;
+    tok.strip_prefix(key)
+        .and_then(|rest| rest.strip_prefix('='))
+        .ok_or_else(|| ParseError::new(line, format!("expected `{key}=`, found {tok:?}")))
+}
+
+/// Microseconds to seconds, dividing twice as node_exporter does so the
+/// float is bit-for-bit the same.
+fn seconds(us: u64) -> f64 {
+    us as f64 / 1000.0 / 1000.0
+}
+
+pub struct PressureCollector {
+    files: [SourceFile; 4],
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    Box::new(PressureCollector {
+        files: RESOURCES.map(|r| SourceFile::new(&s.procfs, r.file)),
+    })
+}
+
+impl Collector for PressureCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        for (res, file) in RESOURCES.iter().zip(&mut self.files) {
+            let text = match file.read()? {
+                Read::Text(t) => t,
+                Read::Absent => continue,
+            };
+            let psi = parse(text).map_err(|e| CollectError::from_parse(file.path(), e))?;
+            let lines = [
+                (res.some, psi.some_total_us, "some"),
+                (res.full, psi.full_total_us, "full"),
+            ];
+            for (desc, total, kind) in lines {
+                let Some(desc) = desc else { continue };
+                // node_exporter reports "no data" (success 0) here too.
+                let total = total
+                    .ok_or_else(|| CollectError::other(file.path(), format!("no `{kind}` line")))?;
+                enc.family(desc);
+                enc.sample(desc, &[], seconds(total));
+            }
+        }
         Ok(())
     }
 }
 
-pub fn build(_s: &Settings) -> Box<dyn Collector> {
-    Box::new(Todo)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+    use proptest::prelude::*;
+
+    const CPU: &str = include_str!("../../tests/fixtures/proc/pressure/cpu");
+    const IO: &str = include_str!("../../tests/fixtures/proc/pressure/io");
+    const MEMORY: &str = include_str!("../../tests/fixtures/proc/pressure/memory");
+
+    #[test]
+    fn parses_fixtures() {
+        assert_eq!(
+            parse(CPU).unwrap(),
+            Psi {
+                some_total_us: Some(7713082),
+                full_total_us: Some(0)
+            }
+        );
+        assert_eq!(
+            parse(IO).unwrap(),
+            Psi {
+                some_total_us: Some(2987636),
+                full_total_us: Some(2779424)
+            }
+        );
+        assert!(parse(MEMORY).is_ok());
+    }
+
+    #[test]
+    fn irq_has_only_full() {
+        let irq = "full avg10=0.00 avg60=0.00 avg300=0.00 total=1234\n";
+        assert_eq!(
+            parse(irq).unwrap(),
+            Psi {
+                some_total_us: None,
+                full_total_us: Some(1234)
+            }
+        );
+    }
+
+    #[test]
+    fn empty_and_garbage() {
+        assert_eq!(
+            parse("").unwrap(),
+            Psi {
+                some_total_us: None,
+                full_total_us: None
+            }
+        );
+        assert_eq!(parse("garbage here\n").unwrap_err().line, 1);
+        let e = parse(&format!("{CPU}%%% not a kernel file\n")).unwrap_err();
+        assert_eq!(e.line, 3);
+    }
+
+    #[test]
+    fn truncated() {
+        let cut = &IO[..IO.find("total=").unwrap() + 3];
+        assert!(parse(cut).unwrap_err().msg.contains("expected `total=`"));
+        let cut = &IO[..IO.find("avg300").unwrap()];
+        assert!(parse(cut).unwrap_err().msg.contains("missing field avg300"));
+    }
+
+    #[test]
+    fn missing_extra_and_bad_columns() {
+        let e = parse("some avg10=0.00 avg60=0.00 avg300=0.00\n").unwrap_err();
+        assert!(e.msg.contains("missing field total"), "{e}");
+        let e = parse("some avg10=0.00 avg60=0.00 avg300=0.00 total=5 7\n").unwrap_err();
+        assert!(e.msg.contains("extra column"), "{e}");
+        let e = parse("some avg60=0.00 avg10=0.00 avg300=0.00 total=5\n").unwrap_err();
+        assert!(e.msg.contains("expected `avg10=`"), "{e}");
+        assert!(parse("some avg10=x avg60=0.00 avg300=0.00 total=5\n").is_err());
+        assert!(parse("some avg10=0 avg60=0 avg300=0 total=-5\n").is_err());
+        let e = parse(&format!("{CPU}{CPU}")).unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.msg.contains("second `some`"), "{e}");
+    }
+
+    #[test]
+    fn u64_overflow() {
+        let e = parse("some avg10=0 avg60=0 avg300=0 total=18446744073709551616\n").unwrap_err();
+        assert!(e.msg.contains("total"), "{e}");
+        let max = parse("full avg10=0 avg60=0 avg300=0 total=18446744073709551615\n").unwrap();
+        assert_eq!(max.full_total_us, Some(u64::MAX));
+    }
+
+    #[test]
+    fn seconds_match_go_arithmetic() {
+        assert_eq!(seconds(7713082), 7713082f64 / 1000.0 / 1000.0);
+        assert_eq!(seconds(7713082).to_string(), "7.713082");
+        assert_eq!(seconds(1).to_string(), "0.000001");
+    }
+
+    fn scrape(root: &std::path::Path) -> Result<String, CollectError> {
+        let mut c = build(&Settings::with_roots(root, "/nonexistent"));
+        let mut buf = Vec::new();
+        c.collect(&mut Encoder::new(&mut buf, Format::PrometheusText))?;
+        Ok(String::from_utf8(buf).unwrap())
+    }
+
+    #[test]
+    fn collector_output_on_fixture() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/proc");
+        assert_eq!(
+            scrape(root.as_ref()).unwrap(),
+            "# HELP node_pressure_cpu_waiting_seconds_total Total time in seconds that processes have waited for CPU time\n\
+             # TYPE node_pressure_cpu_waiting_seconds_total counter\n\
+             node_pressure_cpu_waiting_seconds_total 7.713082\n\
+             # HELP node_pressure_io_waiting_seconds_total Total time in seconds that processes have waited due to IO congestion\n\
+             # TYPE node_pressure_io_waiting_seconds_total counter\n\
+             node_pressure_io_waiting_seconds_total 2.987636\n\
+             # HELP node_pressure_io_stalled_seconds_total Total time in seconds no process could make progress due to IO congestion\n\
+             # TYPE node_pressure_io_stalled_seconds_total counter\n\
+             node_pressure_io_stalled_seconds_total 2.779424\n\
+             # HELP node_pressure_memory_waiting_seconds_total Total time in seconds that processes have waited for memory\n\
+             # TYPE node_pressure_memory_waiting_seconds_total counter\n\
+             node_pressure_memory_waiting_seconds_total 0\n\
+             # HELP node_pressure_memory_stalled_seconds_total Total time in seconds no process could make progress due to memory congestion\n\
+             # TYPE node_pressure_memory_stalled_seconds_total counter\n\
+             node_pressure_memory_stalled_seconds_total 0\n"
+        );
+    }
+
+    #[test]
+    fn collector_handles_irq_and_missing_lines() {
+        let dir = std::env::temp_dir().join(format!("usescope-psi-{}", std::process::id()));
+        let p = dir.join("pressure");
+        std::fs::create_dir_all(&p).unwrap();
+        // No PSI at all: nothing, and no error.
+        assert_eq!(scrape(&dir.join("none")).unwrap(), "");
+        std::fs::write(
+            p.join("irq"),
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=2500000\n",
+        )
+        .unwrap();
+        let out = scrape(&dir).unwrap();
+        assert!(
+            out.ends_with("node_pressure_irq_stalled_seconds_total 2.5\n"),
+            "{out}"
+        );
+        // A memory file without its "full" line cannot be exported.
+        std::fs::write(
+            p.join("memory"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        )
+        .unwrap();
+        let e = scrape(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("pressure/memory: no `full` line"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            let _ = parse(&s);
+        }
+
+        #[test]
+        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse(&String::from_utf8_lossy(&b));
+        }
+
+        #[test]
+        fn never_panics_on_psi_like_lines(
+            lines in proptest::collection::vec(("(some|full|x)", "( avg(10|60|300)=[0-9.]{0,5}){0,4}", "( total=[0-9]{0,22})?"), 0..6)
+        ) {
+            let s: String = lines.iter().map(|(k, a, t)| format!("{k}{a}{t}\n")).collect();
+            let _ = parse(&s);
+        }
+    }
 }
