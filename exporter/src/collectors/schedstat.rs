@@ -14,7 +14,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::collectors::stat::MAX_CPU_ID;
 use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder, u64_label};
+use crate::exposition::{Desc, Encoder, Value, u64_label};
 use crate::parse::{next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
@@ -164,19 +164,24 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl SchedstatCollector {
     fn encode(&self, enc: &mut Encoder) {
-        let mut b = [0u8; 20];
-        let families: [(&Desc, fn(&SchedCpu) -> f64); 3] = [
-            (&RUNNING, |c| c.running_ns as f64 / NS_PER_SECOND),
-            (&WAITING, |c| c.waiting_ns as f64 / NS_PER_SECOND),
-            (&TIMESLICES, |c| c.timeslices as f64),
-        ];
-        for (desc, value) in families {
-            enc.family(desc);
-            for c in &self.parsed.cpus {
-                let cpu = u64_label(u64::from(c.cpu), &mut b);
-                enc.sample(desc, &[("cpu", cpu)], value(c));
-            }
-        }
+        let cpus = &self.parsed.cpus;
+        family(enc, &RUNNING, cpus, |c| seconds(c.running_ns));
+        family(enc, &WAITING, cpus, |c| seconds(c.waiting_ns));
+        family(enc, &TIMESLICES, cpus, |c| Value::U64(c.timeslices));
+    }
+}
+
+fn seconds(ns: u64) -> Value {
+    Value::F64(ns as f64 / NS_PER_SECOND)
+}
+
+/// Writes one family with a sample per CPU.
+fn family(enc: &mut Encoder, desc: &Desc, cpus: &[SchedCpu], value: impl Fn(&SchedCpu) -> Value) {
+    let mut b = [0u8; 20];
+    enc.family(desc);
+    for c in cpus {
+        let cpu = u64_label(u64::from(c.cpu), &mut b);
+        enc.sample(desc, &[("cpu", cpu)], value(c));
     }
 }
 
