@@ -1,9 +1,27 @@
-//! Build script: stamps the git revision and rustc version into the binary
-//! for `usescope_build_info`.
+//! Build script:
+//! - stamps the git revision and rustc version into the binary for
+//!   `usescope_build_info`;
+//! - compiles the eBPF programs in `ebpf-probes/` (C, CO-RE) with clang into
+//!   OUT_DIR, where `src/probes/objects.rs` embeds them with
+//!   `include_bytes_aligned!`, so the one `usescope` binary is all an
+//!   operator deploys.
+//!
+//! The C side includes the checked-in `ebpf-probes/vmlinux.h`, so building
+//! needs clang and libbpf-dev's headers but no BTF on the build host (see
+//! docs/probes.md).
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The probe sources, compiled to `OUT_DIR/<name>.bpf.o`.
+const PROBES: &[&str] = &["runqlat", "cachestat", "drops"];
+
 fn main() {
+    stamp_versions();
+    compile_probes();
+}
+
+fn stamp_versions() {
     let revision = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
@@ -27,4 +45,86 @@ fn main() {
     println!("cargo:rustc-env=USESCOPE_RUSTC_VERSION={rust_version}");
     println!("cargo:rerun-if-changed=../.git/HEAD");
     println!("cargo:rerun-if-changed=../.git/refs");
+}
+
+fn compile_probes() {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ebpf-probes");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    println!("cargo:rerun-if-env-changed=USESCOPE_CLANG");
+    println!(
+        "cargo:rerun-if-changed={}",
+        src_dir.join("usescope.h").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        src_dir.join("vmlinux.h").display()
+    );
+    let clang = std::env::var("USESCOPE_CLANG").unwrap_or_else(|_| "clang".to_string());
+    for name in PROBES {
+        let src = src_dir.join(format!("{name}.bpf.c"));
+        println!("cargo:rerun-if-changed={}", src.display());
+        let full = out_dir.join(format!("{name}.full.bpf.o"));
+        let obj = out_dir.join(format!("{name}.bpf.o"));
+        run_clang(&clang, &src_dir, &src, &full);
+        strip_dwarf(&full, &obj);
+    }
+}
+
+/// Compiles one probe; any failure stops the build with clang's own message.
+fn run_clang(clang: &str, include: &Path, src: &Path, out: &Path) {
+    let output = Command::new(clang)
+        .args([
+            "-O2",
+            "-g",
+            "-target",
+            "bpf",
+            "-D__TARGET_ARCH_x86",
+            "-mcpu=v3",
+        ])
+        .args(["-Wall", "-Werror"])
+        .arg("-I")
+        .arg(include)
+        .arg("-c")
+        .arg(src)
+        .arg("-o")
+        .arg(out)
+        .output();
+    match output {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => fail(&format!(
+            "clang failed to compile {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => fail(&format!(
+            "cannot run `{clang}` to compile {} ({e}). Install clang, llvm and \
+             libbpf-dev (apt-get install clang llvm libbpf-dev), or point \
+             USESCOPE_CLANG at a clang binary.",
+            src.display()
+        )),
+    }
+}
+
+/// Drops the DWARF (about 600 KiB per probe, all of vmlinux.h) but keeps
+/// .BTF and .BTF.ext, which the loader needs for CO-RE. Without llvm-strip
+/// the unstripped object is embedded: bigger, equally correct.
+fn strip_dwarf(full: &Path, out: &Path) {
+    let stripped = Command::new("llvm-strip")
+        .arg("-g")
+        .arg(full)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !stripped {
+        println!("cargo:warning=llvm-strip not found or failed; embedding unstripped eBPF objects");
+        if let Err(e) = std::fs::copy(full, out) {
+            fail(&format!("cannot copy {}: {e}", full.display()));
+        }
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    panic!("building the eBPF probes failed: {msg}");
 }

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Packet drops by kernel drop reason, from skb:kfree_skb. Reason numbers
+ * differ between kernels; user space names them from the running kernel's
+ * BTF, so this side only counts numbers.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "usescope.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define ETH_P_ARP 0x0806
+
+/* --probe.drops.protocol-label; off keeps every drop in protocol slot 0. */
+const volatile bool protocol_label = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct drops_counts);
+} us_drops SEC(".maps");
+
+static __always_inline u32 slot_of(u32 reason)
+{
+	u32 subsys = reason >> DROPS_SUBSYS_SHIFT;
+	u32 code = reason & ((1 << DROPS_SUBSYS_SHIFT) - 1);
+
+	if (subsys == 0)
+		return code < DROPS_CORE_SLOTS ? code : DROPS_OVERFLOW_SLOT;
+	if (subsys <= DROPS_SUBSYS_MAX && code < DROPS_SUBSYS_CODES)
+		return DROPS_CORE_SLOTS + (subsys - 1) * DROPS_SUBSYS_CODES + code;
+	return DROPS_OVERFLOW_SLOT;
+}
+
+static __always_inline u32 proto_of(struct sk_buff *skb)
+{
+	switch (bpf_ntohs(BPF_CORE_READ(skb, protocol))) {
+	case ETH_P_IP:
+		return DROPS_PROTO_IPV4;
+	case ETH_P_IPV6:
+		return DROPS_PROTO_IPV6;
+	case ETH_P_ARP:
+		return DROPS_PROTO_ARP;
+	default:
+		return DROPS_PROTO_OTHER;
+	}
+}
+
+static __always_inline void count_drop(struct sk_buff *skb, u32 reason)
+{
+	struct drops_counts *c;
+	u32 zero = 0, slot, proto = 0;
+
+	c = bpf_map_lookup_elem(&us_drops, &zero);
+	if (!c)
+		return;
+	slot = slot_of(reason);
+	if (protocol_label)
+		proto = proto_of(skb);
+	if (slot < DROPS_SLOTS && proto < DROPS_PROTOS)
+		c->count[proto][slot]++;
+}
+
+/* Only the first three arguments: rx_sk was added in 6.11, and reading an
+ * argument the running kernel lacks fails verification. */
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(us_drops_btf, struct sk_buff *skb, void *location,
+	     enum skb_drop_reason reason)
+{
+	count_drop(skb, reason);
+	return 0;
+}
+
+SEC("raw_tp/kfree_skb")
+int BPF_PROG(us_drops_raw, struct sk_buff *skb, void *location,
+	     enum skb_drop_reason reason)
+{
+	count_drop(skb, reason);
+	return 0;
+}

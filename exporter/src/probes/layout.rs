@@ -1,0 +1,142 @@
+//! Rust mirrors of the map values in `ebpf-probes/usescope.h`.
+//!
+//! User space never casts map bytes to these structs: it reads the per-CPU
+//! value as `u64` words and indexes them with the word offsets derived here
+//! (`offset_of!`), so a layout mismatch cannot cause undefined behaviour. The
+//! loader also checks each map's value size against `size_of` at load time,
+//! and the tests below check every constant against the C header.
+
+use std::mem::{offset_of, size_of};
+
+pub const RUNQLAT_BUCKETS: usize = 25;
+pub const RUNQLAT_OVERFLOW: usize = RUNQLAT_BUCKETS;
+
+#[repr(C)]
+pub struct RunqlatHist {
+    pub slots: [u64; RUNQLAT_BUCKETS + 1],
+    pub sum_ns: u64,
+    pub missed: u64,
+}
+
+#[repr(C)]
+pub struct CachestatCounts {
+    pub accesses: u64,
+    pub misses: u64,
+    pub dirtied: u64,
+}
+
+pub const DROPS_CORE_SLOTS: usize = 256;
+pub const DROPS_SUBSYS_SHIFT: u32 = 16;
+pub const DROPS_SUBSYS_MAX: usize = 7;
+pub const DROPS_SUBSYS_CODES: usize = 32;
+pub const DROPS_OVERFLOW_SLOT: usize = DROPS_CORE_SLOTS + DROPS_SUBSYS_MAX * DROPS_SUBSYS_CODES;
+pub const DROPS_SLOTS: usize = DROPS_OVERFLOW_SLOT + 1;
+pub const DROPS_PROTOS: usize = 4;
+/// `protocol` label values by protocol index (DROPS_PROTO_* in the header).
+pub const DROPS_PROTO_NAMES: [&str; DROPS_PROTOS] = ["other", "ipv4", "ipv6", "arp"];
+
+#[repr(C)]
+pub struct DropsCounts {
+    pub count: [[u64; DROPS_SLOTS]; DROPS_PROTOS],
+}
+
+/// Word index of a field, for reading a value as `&[u64]`.
+pub const fn word(byte_offset: usize) -> usize {
+    byte_offset / size_of::<u64>()
+}
+
+pub const RUNQLAT_SUM_WORD: usize = word(offset_of!(RunqlatHist, sum_ns));
+pub const RUNQLAT_MISSED_WORD: usize = word(offset_of!(RunqlatHist, missed));
+pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
+pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
+pub const CACHESTAT_DIRTIED_WORD: usize = word(offset_of!(CachestatCounts, dirtied));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = include_str!("../../../ebpf-probes/usescope.h");
+
+    /// Evaluates a `#define` from the header: a number, another define, or
+    /// `(A + B * C)` built from those.
+    fn define(name: &str) -> usize {
+        let line = HEADER
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("#define ")?
+                    .strip_prefix(name)?
+                    .strip_prefix(' ')
+            })
+            .unwrap_or_else(|| panic!("no #define {name} in usescope.h"));
+        eval(line.trim().trim_start_matches('(').trim_end_matches(')'))
+    }
+
+    fn eval(expr: &str) -> usize {
+        if let Some((a, b)) = expr.split_once(" + ") {
+            return eval(a) + eval(b);
+        }
+        if let Some((a, b)) = expr.split_once(" * ") {
+            return eval(a) * eval(b);
+        }
+        expr.parse().unwrap_or_else(|_| define(expr))
+    }
+
+    #[test]
+    fn constants_match_the_c_header() {
+        assert_eq!(define("RUNQLAT_BUCKETS"), RUNQLAT_BUCKETS);
+        assert_eq!(define("RUNQLAT_OVERFLOW"), RUNQLAT_OVERFLOW);
+        assert_eq!(define("DROPS_CORE_SLOTS"), DROPS_CORE_SLOTS);
+        assert_eq!(define("DROPS_SUBSYS_SHIFT"), DROPS_SUBSYS_SHIFT as usize);
+        assert_eq!(define("DROPS_SUBSYS_MAX"), DROPS_SUBSYS_MAX);
+        assert_eq!(define("DROPS_SUBSYS_CODES"), DROPS_SUBSYS_CODES);
+        assert_eq!(define("DROPS_OVERFLOW_SLOT"), DROPS_OVERFLOW_SLOT);
+        assert_eq!(define("DROPS_SLOTS"), DROPS_SLOTS);
+        assert_eq!(define("DROPS_PROTOS"), DROPS_PROTOS);
+        for (i, name) in ["OTHER", "IPV4", "IPV6", "ARP"].iter().enumerate() {
+            assert_eq!(define(&format!("DROPS_PROTO_{name}")), i);
+            assert_eq!(DROPS_PROTO_NAMES[i], name.to_ascii_lowercase());
+        }
+    }
+
+    #[test]
+    fn struct_sizes_match_the_c_header() {
+        // Every C struct is a sequence of __u64 in declaration order.
+        assert_eq!(size_of::<RunqlatHist>(), (RUNQLAT_BUCKETS + 1 + 2) * 8);
+        assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
+        assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
+        assert_eq!(RUNQLAT_SUM_WORD, RUNQLAT_BUCKETS + 1);
+        assert_eq!(RUNQLAT_MISSED_WORD, RUNQLAT_BUCKETS + 2);
+        assert_eq!(
+            (
+                CACHESTAT_ACCESSES_WORD,
+                CACHESTAT_MISSES_WORD,
+                CACHESTAT_DIRTIED_WORD
+            ),
+            (0, 1, 2)
+        );
+        // Per-CPU map values are limited to 32 KiB by the kernel.
+        assert!(size_of::<DropsCounts>() <= 32 * 1024);
+        // The field order in the header is the order mirrored here.
+        let hist = HEADER.split("struct runqlat_hist {").nth(1).unwrap();
+        let fields: Vec<&str> = hist
+            .split("};")
+            .next()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("__u64 "))
+            .collect();
+        assert_eq!(
+            fields,
+            ["slots[RUNQLAT_BUCKETS + 1];", "sum_ns;", "missed;"]
+        );
+        let cs = HEADER.split("struct cachestat_counts {").nth(1).unwrap();
+        let fields: Vec<&str> = cs
+            .split("};")
+            .next()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("__u64 "))
+            .collect();
+        assert_eq!(fields, ["accesses;", "misses;", "dirtied;"]);
+    }
+}

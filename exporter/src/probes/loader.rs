@@ -1,0 +1,161 @@
+//! Loading and attaching: the embedded objects, run-time hook selection,
+//! and errors that name their cause.
+//!
+//! Each probe's object holds its programs in several *modes* (tp_btf, then
+//! raw_tp). [`attach_first`] loads and attaches one mode's programs; if the
+//! kernel refuses, it unloads them and tries the next mode, so only the
+//! chosen programs stay loaded. Nothing is pinned, so two usescope
+//! processes on one host each get their own programs and maps.
+
+use std::io;
+
+use aya::programs::{BtfTracePoint, RawTracePoint};
+use aya::{Btf, Ebpf, EbpfLoader};
+
+use super::percpu::PerCpuStruct;
+
+pub static RUNQLAT_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat.bpf.o"));
+pub static CACHESTAT_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cachestat.bpf.o"));
+pub static DROPS_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
+
+/// How a set of programs hooks the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// BTF-typed raw tracepoint (`tp_btf/NAME`): cheapest, needs BTF.
+    BtfTracePoint,
+    /// Raw tracepoint (`raw_tp/NAME`): older kernels, no tracing programs.
+    RawTracePoint,
+}
+
+/// One way to attach a probe: a label for `usescope_probe_info{mode}` and
+/// its (program name, tracepoint) pairs.
+pub struct Mode {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub programs: &'static [(&'static str, &'static str)],
+}
+
+/// Why a probe is down; the message is the one warning we log for it.
+#[derive(Debug, Clone)]
+pub struct ProbeError(pub String);
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// "what: error: source: ..." plus a hint for the usual causes.
+pub fn describe(what: &str, e: &(dyn std::error::Error + 'static)) -> ProbeError {
+    let mut msg = format!("{what}: {e}");
+    let mut errno = None;
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        if let Some(io) = s.downcast_ref::<io::Error>() {
+            errno = io.raw_os_error();
+        }
+        cur = s.source();
+    }
+    if let Some(io) = e.downcast_ref::<io::Error>() {
+        errno = errno.or(io.raw_os_error());
+    }
+    match errno {
+        Some(libc::EPERM) | Some(libc::EACCES) => msg
+            .push_str(" (permission denied: loading eBPF needs root, or CAP_BPF and CAP_PERFMON)"),
+        Some(libc::ENOENT) => msg.push_str(" (this kernel lacks the hook)"),
+        _ => {}
+    }
+    ProbeError(msg)
+}
+
+/// Parses the object, creating its maps. `configure` sets globals and map
+/// sizes before anything reaches the kernel.
+pub fn load<'a>(
+    obj: &[u8],
+    btf: &'a Btf,
+    configure: impl FnOnce(&mut EbpfLoader<'a>),
+) -> Result<Ebpf, ProbeError> {
+    let mut loader = EbpfLoader::new();
+    loader.btf(Some(btf));
+    configure(&mut loader);
+    loader
+        .load(obj)
+        .map_err(|e| describe("loading the eBPF object", &e))
+}
+
+/// Attaches the first mode the kernel accepts and returns its name. On
+/// failure the error lists why each mode was refused.
+pub fn attach_first(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    modes: &'static [Mode],
+) -> Result<&'static Mode, ProbeError> {
+    let mut why = Vec::new();
+    for mode in modes {
+        match attach_mode(ebpf, btf, mode) {
+            Ok(()) => {
+                if !why.is_empty() {
+                    tracing::info!(mode = mode.name, skipped = %why.join("; "), "probe fell back");
+                }
+                return Ok(mode);
+            }
+            Err(e) => {
+                unload_mode(ebpf, mode);
+                why.push(format!("{}: {}", mode.name, e.0));
+            }
+        }
+    }
+    Err(ProbeError(why.join("; ")))
+}
+
+fn attach_mode(ebpf: &mut Ebpf, btf: &Btf, mode: &Mode) -> Result<(), ProbeError> {
+    for &(prog, hook) in mode.programs {
+        let p = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| ProbeError(format!("program {prog} missing from the object")))?;
+        let what = format!("{prog} on {hook}");
+        match mode.kind {
+            Kind::BtfTracePoint => {
+                let p: &mut BtfTracePoint = p.try_into().map_err(|e| describe(&what, &e))?;
+                p.load(hook, btf).map_err(|e| describe(&what, &e))?;
+                p.attach().map_err(|e| describe(&what, &e))?;
+            }
+            Kind::RawTracePoint => {
+                let p: &mut RawTracePoint = p.try_into().map_err(|e| describe(&what, &e))?;
+                p.load().map_err(|e| describe(&what, &e))?;
+                p.attach(hook).map_err(|e| describe(&what, &e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Detaches and unloads whatever part of a refused mode did load.
+fn unload_mode(ebpf: &mut Ebpf, mode: &Mode) {
+    for &(prog, _) in mode.programs {
+        let Some(p) = ebpf.program_mut(prog) else {
+            continue;
+        };
+        // Errors here only mean "was not loaded".
+        let _ = match mode.kind {
+            Kind::BtfTracePoint => <&mut BtfTracePoint>::try_from(p).map(|p| p.unload().is_ok()),
+            Kind::RawTracePoint => <&mut RawTracePoint>::try_from(p).map(|p| p.unload().is_ok()),
+        };
+    }
+}
+
+/// Takes a per-CPU struct map out of the object for the probe's collector.
+pub fn take_percpu(
+    ebpf: &mut Ebpf,
+    name: &str,
+    value_size: usize,
+) -> Result<PerCpuStruct, ProbeError> {
+    let map = ebpf
+        .take_map(name)
+        .ok_or_else(|| ProbeError(format!("map {name} missing from the object")))?;
+    PerCpuStruct::new(name, map, value_size).map_err(ProbeError)
+}
