@@ -1,18 +1,631 @@
-//! Placeholder: to be implemented.
+//! /proc/zoneinfo → `node_zoneinfo_*{node,zone}`: free pages, the min/low/high
+//! watermarks, zone sizes, protection (lowmem_reserve) and the other fields
+//! node_exporter 1.9 exports through procfs' `Zoneinfo` struct.
+//!
+//! The watermark alerts compare `nr_free_pages` with `low_pages` and
+//! `min_pages` per zone, so the semantics follow procfs exactly:
+//! - a value comes from a line whose first token is the field's key, inside
+//!   the zone's block; `pages free N` is not read, so an empty zone (e.g.
+//!   Movable with `present 0`, which prints no per-zone counters) exports its
+//!   watermarks and sizes but no `nr_free_pages`, and cannot fire the alert;
+//! - the per-node counters the kernel prints under the node's first zone
+//!   (`nr_inactive_anon`, `nr_dirty`, …) are exported with that zone's
+//!   labels, as node_exporter does.
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::error::CollectError;
-use crate::exposition::Encoder;
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder};
+use crate::parse::u64_field;
+use crate::source::{Read, SourceFile};
 
-struct Todo;
+struct Field {
+    /// The key as the kernel prints it.
+    key: &'static str,
+    desc: Desc,
+}
 
-impl Collector for Todo {
-    fn collect(&mut self, _enc: &mut Encoder) -> Result<(), CollectError> {
-        Ok(())
+macro_rules! gauge {
+    ($key:literal, $name:literal, $help:literal) => {
+        Field {
+            key: $key,
+            desc: Desc::gauge(concat!("node_zoneinfo_", $name), $help),
+        }
+    };
+}
+
+macro_rules! counter {
+    ($key:literal, $name:literal, $help:literal) => {
+        Field {
+            key: $key,
+            desc: Desc::counter(concat!("node_zoneinfo_", $name), $help),
+        }
+    };
+}
+
+/// node_exporter's fields, in procfs' struct order. Some keys are gone from
+/// current kernels (`scanned`, `nr_mlock_stack`); they are kept so older
+/// kernels export what node_exporter exports there.
+const FIELDS: [Field; 34] = [
+    gauge!(
+        "nr_free_pages",
+        "nr_free_pages",
+        "Total number of free pages in the zone"
+    ),
+    gauge!("min", "min_pages", "Zone watermark pages_min"),
+    gauge!("low", "low_pages", "Zone watermark pages_low"),
+    gauge!("high", "high_pages", "Zone watermark pages_high"),
+    gauge!(
+        "scanned",
+        "scanned_pages",
+        "Pages scanned since last reclaim"
+    ),
+    gauge!(
+        "spanned",
+        "spanned_pages",
+        "Total pages spanned by the zone, including holes"
+    ),
+    gauge!(
+        "present",
+        "present_pages",
+        "Physical pages existing within the zone"
+    ),
+    gauge!(
+        "managed",
+        "managed_pages",
+        "Present pages managed by the buddy system"
+    ),
+    gauge!(
+        "nr_active_anon",
+        "nr_active_anon_pages",
+        "Number of anonymous pages recently more used"
+    ),
+    gauge!(
+        "nr_inactive_anon",
+        "nr_inactive_anon_pages",
+        "Number of anonymous pages recently less used"
+    ),
+    gauge!(
+        "nr_isolated_anon",
+        "nr_isolated_anon_pages",
+        "Temporary isolated pages from anon lru"
+    ),
+    gauge!(
+        "nr_anon_pages",
+        "nr_anon_pages",
+        "Number of anonymous pages currently used by the system"
+    ),
+    gauge!(
+        "nr_anon_transparent_hugepages",
+        "nr_anon_transparent_hugepages",
+        "Number of anonymous transparent huge pages currently used by the system"
+    ),
+    gauge!(
+        "nr_active_file",
+        "nr_active_file_pages",
+        "Number of active pages with file-backing"
+    ),
+    gauge!(
+        "nr_inactive_file",
+        "nr_inactive_file_pages",
+        "Number of inactive pages with file-backing"
+    ),
+    gauge!(
+        "nr_isolated_file",
+        "nr_isolated_file_pages",
+        "Temporary isolated pages from file lru"
+    ),
+    gauge!("nr_file_pages", "nr_file_pages", "Number of file pages"),
+    gauge!(
+        "nr_slab_reclaimable",
+        "nr_slab_reclaimable_pages",
+        "Number of reclaimable slab pages"
+    ),
+    gauge!(
+        "nr_slab_unreclaimable",
+        "nr_slab_unreclaimable_pages",
+        "Number of unreclaimable slab pages"
+    ),
+    gauge!(
+        "nr_mlock_stack",
+        "nr_mlock_stack_pages",
+        "mlock()ed pages found and moved off LRU"
+    ),
+    gauge!(
+        "nr_kernel_stack",
+        "nr_kernel_stacks",
+        "Number of kernel stacks"
+    ),
+    gauge!("nr_mapped", "nr_mapped_pages", "Number of mapped pages"),
+    gauge!("nr_dirty", "nr_dirty_pages", "Number of dirty pages"),
+    gauge!(
+        "nr_writeback",
+        "nr_writeback_pages",
+        "Number of writeback pages"
+    ),
+    gauge!(
+        "nr_unevictable",
+        "nr_unevictable_pages",
+        "Number of unevictable pages"
+    ),
+    gauge!(
+        "nr_shmem",
+        "nr_shmem_pages",
+        "Number of shmem pages (included tmpfs/GEM pages)"
+    ),
+    counter!(
+        "nr_dirtied",
+        "nr_dirtied_total",
+        "Page dirtyings since bootup"
+    ),
+    counter!(
+        "nr_written",
+        "nr_written_total",
+        "Page writings since bootup"
+    ),
+    counter!("numa_hit", "numa_hit_total", "Allocated in intended node"),
+    counter!(
+        "numa_miss",
+        "numa_miss_total",
+        "Allocated in non intended node"
+    ),
+    counter!(
+        "numa_foreign",
+        "numa_foreign_total",
+        "Was intended here, hit elsewhere"
+    ),
+    counter!(
+        "numa_interleave",
+        "numa_interleave_total",
+        "Interleaver preferred this zone"
+    ),
+    counter!(
+        "numa_local",
+        "numa_local_total",
+        "Allocation from local node"
+    ),
+    counter!(
+        "numa_other",
+        "numa_other_total",
+        "Allocation from other node"
+    ),
+];
+
+/// Protection entries a zone can have: one per zone type of the node, and
+/// the kernel has at most six (DMA, DMA32, Normal, HighMem, Movable, Device).
+const MAX_PROTECTION: usize = 8;
+
+macro_rules! protection {
+    ($($i:literal),*) => {
+        [$(Desc::gauge(
+            concat!("node_zoneinfo_protection_", $i),
+            concat!("Protection array ", $i, ". field"),
+        )),*]
+    };
+}
+
+const PROTECTION: [Desc; MAX_PROTECTION] = protection!(0, 1, 2, 3, 4, 5, 6, 7);
+
+/// One `Node N, zone NAME` block.
+#[derive(Debug, PartialEq)]
+pub struct Zone<'a> {
+    pub node: &'a str,
+    pub zone: &'a str,
+    /// Indexed like [`FIELDS`]; `None` where the block has no such line.
+    values: [Option<u64>; FIELDS.len()],
+    protection: [u64; MAX_PROTECTION],
+    protection_len: usize,
+}
+
+impl Zone<'_> {
+    /// A field's value by its kernel key, e.g. `"nr_free_pages"`.
+    pub fn get(&self, key: &str) -> Option<u64> {
+        let i = FIELDS.iter().position(|f| f.key == key)?;
+        self.values[i]
+    }
+
+    /// The `protection: (…)` array, empty if the block has none.
+    pub fn protection(&self) -> &[u64] {
+        &self.protection[..self.protection_len]
     }
 }
 
-pub fn build(_s: &Settings) -> Box<dyn Collector> {
-    Box::new(Todo)
+/// Parses /proc/zoneinfo into `zones` (cleared first), reusing its
+/// allocation across scrapes. Lines before the first `Node` header and
+/// malformed lines for exported keys are errors; other lines (pagesets,
+/// `pages free`, newer counters) are skipped, as procfs does. A repeated key
+/// keeps its last value, also as procfs does.
+pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), ParseError> {
+    zones.clear();
+    for (i, line) in s.lines().enumerate() {
+        let n = i + 1;
+        let mut tokens = line.split_whitespace();
+        let Some(key) = tokens.next() else { continue };
+        if key == "Node" {
+            let zone = header(line, n)?;
+            if zones
+                .iter()
+                .any(|z| z.node == zone.node && z.zone == zone.zone)
+            {
+                return Err(ParseError::new(
+                    n,
+                    format!("zone {} of node {} appears twice", zone.zone, zone.node),
+                ));
+            }
+            zones.push(zone);
+            continue;
+        }
+        let Some(zone) = zones.last_mut() else {
+            return Err(ParseError::new(
+                n,
+                format!("expected `Node N, zone NAME`, found {line:?}"),
+            ));
+        };
+        if key == "protection:" {
+            protection(line, zone, n)?;
+        } else if let Some(idx) = FIELDS.iter().position(|f| f.key == key) {
+            let (Some(value), None) = (tokens.next(), tokens.next()) else {
+                return Err(ParseError::new(
+                    n,
+                    format!("expected `{key} value`, found {line:?}"),
+                ));
+            };
+            zone.values[idx] = Some(u64_field(value, n, key)?);
+        }
+    }
+    if zones.is_empty() {
+        return Err(ParseError::new(1, "no `Node N, zone NAME` line"));
+    }
+    Ok(())
+}
+
+/// Parses `Node 0, zone   Normal`.
+fn header(line: &str, n: usize) -> Result<Zone<'_>, ParseError> {
+    let bad = || ParseError::new(n, format!("expected `Node N, zone NAME`, found {line:?}"));
+    let mut t = line.split_whitespace().skip(1);
+    let (Some(node), Some("zone"), Some(zone), None) = (t.next(), t.next(), t.next(), t.next())
+    else {
+        return Err(bad());
+    };
+    let node = node.strip_suffix(',').ok_or_else(bad)?;
+    u64_field(node, n, "node")?;
+    // procfs matches the zone name with `\w+`.
+    if !zone.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(bad());
+    }
+    Ok(Zone {
+        node,
+        zone,
+        values: [None; FIELDS.len()],
+        protection: [0; MAX_PROTECTION],
+        protection_len: 0,
+    })
+}
+
+/// Parses `protection: (0, 3019, 4939, 4939, 4939)`.
+fn protection(line: &str, zone: &mut Zone, n: usize) -> Result<(), ParseError> {
+    let bad = || ParseError::new(n, format!("expected `protection: (N, …)`, found {line:?}"));
+    let list = line
+        .trim()
+        .strip_prefix("protection:")
+        .map(str::trim)
+        .and_then(|l| l.strip_prefix('('))
+        .and_then(|l| l.strip_suffix(')'))
+        .ok_or_else(bad)?;
+    zone.protection_len = 0;
+    for tok in list.split(',') {
+        let slot = zone
+            .protection
+            .get_mut(zone.protection_len)
+            .ok_or_else(|| {
+                ParseError::new(n, format!("more than {MAX_PROTECTION} protection entries"))
+            })?;
+        *slot = u64_field(tok.trim(), n, "protection")?;
+        zone.protection_len += 1;
+    }
+    Ok(())
+}
+
+pub struct ZoneInfoCollector {
+    file: SourceFile,
+    /// Kept empty between scrapes; only its allocation is reused.
+    zones: Vec<Zone<'static>>,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    Box::new(ZoneInfoCollector {
+        file: SourceFile::new(&s.procfs, "zoneinfo"),
+        zones: Vec::new(),
+    })
+}
+
+/// Empties a `Vec<Zone>` and hands its allocation over to a new lifetime.
+/// Zones borrow the scrape's text, so the Vec cannot be kept filled between
+/// scrapes; mapping an empty `IntoIter` into a same-layout Vec reuses the
+/// buffer in place (std's in-place collect) instead of allocating.
+fn recycle<'b>(mut zones: Vec<Zone<'_>>) -> Vec<Zone<'b>> {
+    zones.clear();
+    zones
+        .into_iter()
+        .map(|_| unreachable!("the vector was cleared"))
+        .collect()
+}
+
+impl Collector for ZoneInfoCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let text = match self.file.read()? {
+            Read::Text(t) => t,
+            Read::Absent => return Ok(()),
+        };
+        let mut zones = recycle(std::mem::take(&mut self.zones));
+        let parsed = parse_into(text, &mut zones);
+        if parsed.is_ok() {
+            encode(&zones, enc);
+        }
+        self.zones = recycle(zones);
+        parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))
+    }
+}
+
+/// Writes one family per field, with a sample for each zone that has it.
+fn encode(zones: &[Zone], enc: &mut Encoder) {
+    for (i, f) in FIELDS.iter().enumerate() {
+        if zones.iter().all(|z| z.values[i].is_none()) {
+            continue;
+        }
+        enc.family(&f.desc);
+        for z in zones {
+            if let Some(v) = z.values[i] {
+                enc.sample(&f.desc, &[("node", z.node), ("zone", z.zone)], v);
+            }
+        }
+    }
+    let entries = zones.iter().map(|z| z.protection_len).max().unwrap_or(0);
+    for (i, desc) in PROTECTION.iter().enumerate().take(entries) {
+        enc.family(desc);
+        for z in zones {
+            if let Some(&v) = z.protection().get(i) {
+                enc.sample(desc, &[("node", z.node), ("zone", z.zone)], v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+    use proptest::prelude::*;
+
+    const FIXTURE: &str = include_str!("../../tests/fixtures/proc/zoneinfo");
+    const LARGE: &str = include_str!("../../tests/fixtures/large/zoneinfo");
+
+    fn parse(s: &str) -> Result<Vec<Zone<'_>>, ParseError> {
+        let mut zones = Vec::new();
+        parse_into(s, &mut zones).map(|()| zones)
+    }
+
+    fn render(s: &str) -> Result<String, ParseError> {
+        let zones = parse(s)?;
+        let mut buf = Vec::new();
+        encode(&zones, &mut Encoder::new(&mut buf, Format::PrometheusText));
+        Ok(String::from_utf8(buf).unwrap())
+    }
+
+    const ZONE: &str = "Node 0, zone   Normal\n  pages free     5\n        min      1\n        low      2\n        high     3\n        protection: (0, 0)\n      nr_free_pages 5\n";
+
+    #[test]
+    fn parses_fixture() {
+        let zones = parse(FIXTURE).unwrap();
+        let names: Vec<_> = zones.iter().map(|z| (z.node, z.zone)).collect();
+        assert_eq!(
+            names,
+            [
+                ("0", "DMA"),
+                ("0", "DMA32"),
+                ("0", "Normal"),
+                ("0", "Movable"),
+                ("0", "Device")
+            ]
+        );
+        let normal = &zones[2];
+        assert_eq!(normal.get("nr_free_pages"), Some(91292));
+        assert_eq!(normal.get("min"), Some(6548));
+        assert_eq!(normal.get("low"), Some(8185));
+        assert_eq!(normal.get("high"), Some(9822));
+        assert_eq!(normal.get("spanned"), Some(5505024));
+        assert_eq!(normal.get("managed"), Some(491520));
+        assert_eq!(normal.get("numa_hit"), Some(4768551));
+        assert_eq!(normal.protection(), [0, 0, 0, 0, 0]);
+        // The per-pageset `high:` is not the watermark.
+        assert_eq!(zones[1].get("high"), Some(15444));
+        // Per-node counters belong to the node's first zone, as in procfs.
+        assert_eq!(zones[0].get("nr_inactive_anon"), Some(585));
+        assert_eq!(zones[0].get("nr_dirtied"), Some(538894));
+        assert_eq!(normal.get("nr_inactive_anon"), None);
+        assert_eq!(zones[0].protection(), [0, 3019, 4939, 4939, 4939]);
+        // An empty zone has watermarks but no free-page counter.
+        let movable = &zones[3];
+        assert_eq!(movable.get("present"), Some(0));
+        assert_eq!(movable.get("low"), Some(32));
+        assert_eq!(movable.get("nr_free_pages"), None);
+    }
+
+    #[test]
+    fn parses_large_host_with_four_nodes() {
+        let zones = parse(LARGE).unwrap();
+        assert_eq!(zones.len(), 10);
+        let node3: Vec<_> = zones.iter().filter(|z| z.node == "3").collect();
+        assert_eq!(node3.len(), 2);
+        assert!(node3[0].get("nr_free_pages").is_some());
+    }
+
+    #[test]
+    fn collector_output_on_fixture() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/proc");
+        let mut c = build(&Settings::with_roots(root, "/nonexistent"));
+        let mut buf = Vec::new();
+        c.collect(&mut Encoder::new(&mut buf, Format::PrometheusText))
+            .unwrap();
+        let out = String::from_utf8(buf).unwrap();
+        assert!(out.starts_with(
+            "# HELP node_zoneinfo_nr_free_pages Total number of free pages in the zone\n\
+             # TYPE node_zoneinfo_nr_free_pages gauge\n\
+             node_zoneinfo_nr_free_pages{node=\"0\",zone=\"DMA\"} 3840\n\
+             node_zoneinfo_nr_free_pages{node=\"0\",zone=\"DMA32\"} 772915\n\
+             node_zoneinfo_nr_free_pages{node=\"0\",zone=\"Normal\"} 91292\n\
+             # HELP node_zoneinfo_min_pages Zone watermark pages_min\n\
+             # TYPE node_zoneinfo_min_pages gauge\n\
+             node_zoneinfo_min_pages{node=\"0\",zone=\"DMA\"} 51\n\
+             node_zoneinfo_min_pages{node=\"0\",zone=\"DMA32\"} 10296\n\
+             node_zoneinfo_min_pages{node=\"0\",zone=\"Normal\"} 6548\n\
+             node_zoneinfo_min_pages{node=\"0\",zone=\"Movable\"} 32\n\
+             node_zoneinfo_min_pages{node=\"0\",zone=\"Device\"} 0\n\
+             # HELP node_zoneinfo_low_pages Zone watermark pages_low\n"
+        ));
+        for line in [
+            "node_zoneinfo_low_pages{node=\"0\",zone=\"Normal\"} 8185\n",
+            "node_zoneinfo_high_pages{node=\"0\",zone=\"Normal\"} 9822\n",
+            "node_zoneinfo_present_pages{node=\"0\",zone=\"Movable\"} 0\n",
+            "node_zoneinfo_managed_pages{node=\"0\",zone=\"DMA32\"} 772915\n",
+            "node_zoneinfo_spanned_pages{node=\"0\",zone=\"Normal\"} 5505024\n",
+            "node_zoneinfo_nr_inactive_anon_pages{node=\"0\",zone=\"DMA\"} 585\n",
+            "node_zoneinfo_nr_kernel_stacks{node=\"0\",zone=\"DMA\"} 1272\n",
+            "# TYPE node_zoneinfo_nr_dirtied_total counter\n",
+            "node_zoneinfo_nr_dirtied_total{node=\"0\",zone=\"DMA\"} 538894\n",
+            "node_zoneinfo_numa_hit_total{node=\"0\",zone=\"Normal\"} 4768551\n",
+            "# HELP node_zoneinfo_protection_0 Protection array 0. field\n",
+            "node_zoneinfo_protection_1{node=\"0\",zone=\"DMA\"} 3019\n",
+            "node_zoneinfo_protection_4{node=\"0\",zone=\"Device\"} 0\n",
+        ] {
+            assert!(out.contains(line), "missing {line:?}");
+        }
+        // Gone from this kernel: no family at all.
+        assert!(!out.contains("scanned_pages"));
+        assert!(!out.contains("nr_mlock_stack"));
+        assert!(!out.contains("protection_5"));
+        // Every family's samples are contiguous (one HELP per family).
+        let helps = out.matches("# HELP ").count();
+        let mut names: Vec<_> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .collect();
+        names.dedup();
+        assert_eq!(names.len(), helps);
+        assert_eq!(helps, 32 + 5);
+    }
+
+    #[test]
+    fn vec_allocation_is_reused() {
+        let mut zones = Vec::new();
+        parse_into(FIXTURE, &mut zones).unwrap();
+        let (ptr, cap) = (zones.as_ptr() as usize, zones.capacity());
+        let again: Vec<Zone<'static>> = recycle(zones);
+        assert_eq!((again.as_ptr() as usize, again.capacity()), (ptr, cap));
+        assert!(again.is_empty());
+    }
+
+    #[test]
+    fn empty_and_garbage() {
+        assert!(parse("").is_err());
+        assert!(parse("\n\n").is_err());
+        let e = parse("\u{1}garbage here\n%%% not a kernel file %%%\n").unwrap_err();
+        assert_eq!(e.line, 1);
+        assert!(e.msg.contains("expected `Node N, zone NAME`"), "{e}");
+        assert_eq!(parse("Node x, zone Normal\n").unwrap_err().line, 1);
+        assert!(parse("Node 0 zone Normal\n").is_err());
+        assert!(parse("Node 0, zone Nor-mal\n").is_err());
+        assert!(parse("Node 0, area Normal\n").is_err());
+    }
+
+    #[test]
+    fn truncated() {
+        // Cut in the middle of a watermark line of the second zone.
+        let at = FIXTURE.find("min      10296").unwrap() + 4;
+        let e = parse(&FIXTURE[..at]).unwrap_err();
+        assert!(e.msg.contains("expected `min value`"), "{e}");
+        // Cut inside a protection tuple.
+        let at = FIXTURE.find("(0, 3019").unwrap() + 5;
+        assert!(parse(&FIXTURE[..at]).is_err());
+        // Cut at a line boundary: what is there is valid.
+        let at = FIXTURE.find("Node 0, zone   Normal").unwrap();
+        assert_eq!(parse(&FIXTURE[..at]).unwrap().len(), 2);
+        // Cut inside the header.
+        assert!(parse(&FIXTURE[..FIXTURE.find("zone").unwrap()]).is_err());
+    }
+
+    #[test]
+    fn missing_and_extra_columns() {
+        let e = parse(&ZONE.replace("low      2", "low")).unwrap_err();
+        assert_eq!(e.line, 4);
+        let e = parse(&ZONE.replace("low      2", "low 2 7")).unwrap_err();
+        assert!(e.msg.contains("expected `low value`"), "{e}");
+        assert!(parse(&ZONE.replace("Normal", "Normal 7")).is_err());
+        assert!(parse(&ZONE.replace("(0, 0)", "(0, , 0)")).is_err());
+        assert!(parse(&ZONE.replace("(0, 0)", "0, 0")).is_err());
+        assert!(parse(&ZONE.replace("(0, 0)", "()")).is_err());
+        let nine = "(0, 1, 2, 3, 4, 5, 6, 7, 8)";
+        let e = parse(&ZONE.replace("(0, 0)", nine)).unwrap_err();
+        assert!(e.msg.contains("more than 8 protection entries"), "{e}");
+        // Lines this parser does not export may change shape freely.
+        assert!(parse(&ZONE.replace("pages free     5", "pages free 5 7")).is_ok());
+    }
+
+    #[test]
+    fn u64_overflow() {
+        let e = parse(&ZONE.replace("min      1", "min 18446744073709551616")).unwrap_err();
+        assert!(e.msg.contains("min"), "{e}");
+        let e = parse(&ZONE.replace("(0, 0)", "(0, 18446744073709551616)")).unwrap_err();
+        assert!(e.msg.contains("protection"), "{e}");
+        assert!(parse("Node 18446744073709551616, zone DMA\n").is_err());
+    }
+
+    #[test]
+    fn duplicate_zone_is_an_error() {
+        let e = parse(&format!("{ZONE}{ZONE}")).unwrap_err();
+        assert_eq!(e.line, 8);
+        assert!(e.msg.contains("appears twice"), "{e}");
+        let other_node = ZONE.replace("Node 0", "Node 1");
+        assert_eq!(parse(&format!("{ZONE}{other_node}")).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn repeated_key_keeps_last() {
+        let text = format!("{ZONE}        min 9\n");
+        assert_eq!(parse(&text).unwrap()[0].get("min"), Some(9));
+    }
+
+    #[test]
+    fn zone_without_protection_gets_no_protection_series() {
+        let two = format!(
+            "{ZONE}{}",
+            ZONE.replace("Normal", "Movable")
+                .replace("        protection: (0, 0)\n", "")
+        );
+        let out = render(&two).unwrap();
+        assert!(out.contains("node_zoneinfo_protection_1{node=\"0\",zone=\"Normal\"} 0\n"));
+        assert!(!out.contains("protection_0{node=\"0\",zone=\"Movable\"}"));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            let _ = render(&s);
+        }
+
+        #[test]
+        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = render(&String::from_utf8_lossy(&b));
+        }
+
+        #[test]
+        fn never_panics_on_zoneinfo_like_lines(
+            lines in proptest::collection::vec(
+                "(Node [0-9x]{0,3},? zone [A-Za-z]{0,6}|  (min|low|nr_free_pages|protection:) [(0-9, )]{0,12})",
+                0..12,
+            )
+        ) {
+            let _ = render(&lines.join("\n"));
+        }
+    }
 }
