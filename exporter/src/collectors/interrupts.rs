@@ -97,7 +97,7 @@ pub fn parse_into(s: &str, out: &mut Interrupts) -> Result<(), ParseError> {
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
     parse_cpu_header(header, 1, &mut out.cpus)?;
-    let mut last_irq = None;
+    let mut order = Order::default();
     for (i, line) in lines.enumerate() {
         let n = i + 2;
         if line.trim().is_empty() {
@@ -106,10 +106,51 @@ pub fn parse_into(s: &str, out: &mut Interrupts) -> Result<(), ParseError> {
         let Some(spans) = parse_row(s, line, n, out)? else {
             continue;
         };
-        check_unique(s, &spans.name, &out.rows, &mut last_irq, n)?;
+        order.check(s, &spans.name, &out.rows, n)?;
         out.rows.push(spans);
     }
     Ok(())
+}
+
+/// Guards against a row that would repeat a series: numbered IRQs must
+/// ascend (the kernel prints them in order) and a named row must not appear
+/// twice. Named rows are few (NMI, LOC, ...) and follow the numbered ones,
+/// so the duplicate search starts at the first of them.
+#[derive(Default)]
+struct Order {
+    last_irq: Option<i64>,
+    first_named: Option<usize>,
+}
+
+impl Order {
+    fn check(
+        &mut self,
+        text: &str,
+        name: &Range<usize>,
+        rows: &[Spans],
+        n: usize,
+    ) -> Result<(), ParseError> {
+        let at = |r: &Range<usize>| text.get(r.clone()).unwrap_or("");
+        let this = at(name);
+        if let Ok(irq) = this.parse::<i64>() {
+            if self.last_irq.is_some_and(|last| irq <= last) {
+                return Err(ParseError::new(
+                    n,
+                    format!("IRQ {irq} out of order: numbered IRQs must ascend"),
+                ));
+            }
+            self.last_irq = Some(irq);
+            return Ok(());
+        }
+        let named = rows
+            .get(self.first_named.unwrap_or(rows.len())..)
+            .unwrap_or(&[]);
+        if named.iter().any(|r| at(&r.name) == this) {
+            return Err(ParseError::new(n, format!("duplicate row {this}")));
+        }
+        self.first_named.get_or_insert(rows.len());
+        Ok(())
+    }
 }
 
 /// Parses one row, appending its counts to `out.counts`. `Ok(None)` for a
@@ -159,31 +200,6 @@ fn parse_row(
         info: span(text, info),
         devices: span(text, devices),
     }))
-}
-
-/// Rejects a row that would repeat a series: numbered IRQs must ascend (the
-/// kernel prints them in order) and a named row must not appear twice.
-fn check_unique(
-    text: &str,
-    name: &Range<usize>,
-    rows: &[Spans],
-    last_irq: &mut Option<i64>,
-    n: usize,
-) -> Result<(), ParseError> {
-    let at = |r: &Range<usize>| text.get(r.clone()).unwrap_or("");
-    let this = at(name);
-    if let Ok(irq) = this.parse::<i64>() {
-        if last_irq.is_some_and(|last| irq <= last) {
-            return Err(ParseError::new(
-                n,
-                format!("IRQ {irq} out of order: numbered IRQs must ascend"),
-            ));
-        }
-        *last_irq = Some(irq);
-    } else if rows.iter().any(|r| at(&r.name) == this) {
-        return Err(ParseError::new(n, format!("duplicate row {this}")));
-    }
-    Ok(())
 }
 
 /// Where `sub`, a subslice of `text`, starts in it.
