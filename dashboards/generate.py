@@ -1,0 +1,666 @@
+#!/usr/bin/env python3
+"""Generates usescope's Grafana dashboards (stdlib only).
+
+    dashboards/generate.py            # rewrite dashboards/*.json
+    dashboards/generate.py --check    # exit 1 if a checked-in file is stale
+
+One script keeps the three dashboards consistent: the same template
+variables (datasource, job, instance), the same links between them, stable
+uids, a unit and a "what bad looks like" description on every panel.
+Every query selects `{job="$job", instance="$instance"}` through SEL.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCHEMA_VERSION = 39
+SEL = 'job="$job", instance="$instance"'
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "$__rate_interval"
+
+UIDS = {
+    "overview": "usescope-overview",
+    "kernel": "usescope-kernel",
+    "ebpf": "usescope-ebpf",
+}
+
+
+def target(expr, legend="", ref="A", fmt="time_series", instant=False):
+    return {
+        "datasource": DS,
+        "expr": expr,
+        "legendFormat": legend or "__auto",
+        "refId": ref,
+        "format": fmt,
+        "range": not instant,
+        "instant": instant,
+    }
+
+
+def targets(*pairs, fmt="time_series", instant=False):
+    return [
+        target(expr, legend, chr(ord("A") + i), fmt, instant)
+        for i, (expr, legend) in enumerate(pairs)
+    ]
+
+
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid."""
+
+    def __init__(self):
+        self.panels = []
+        self.x = 0
+        self.y = 0
+        self.row_h = 0
+        self.next_id = 1
+
+    def _id(self):
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+    def row(self, title):
+        self.newline()
+        self.panels.append(
+            {
+                "type": "row",
+                "id": self._id(),
+                "title": title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+                "panels": [],
+            }
+        )
+        self.y += 1
+
+    def newline(self):
+        if self.x:
+            self.y += self.row_h
+            self.x = 0
+            self.row_h = 0
+
+    def add(self, panel, w, h):
+        if self.x + w > 24:
+            self.newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+
+def thresholds(*steps):
+    """steps: (value, colour) pairs after the green base."""
+    out = [{"color": "green", "value": None}]
+    out += [{"color": c, "value": v} for v, c in steps]
+    return {"mode": "absolute", "steps": out}
+
+
+def low_is_bad(orange, green):
+    """Thresholds for a value that is bad when small (free pages, hit ratio)."""
+    return {
+        "mode": "absolute",
+        "steps": [
+            {"color": "red", "value": None},
+            {"color": "orange", "value": orange},
+            {"color": "green", "value": green},
+        ],
+    }
+
+
+def timeseries(title, description, unit, tgts, stack=False, minimum=None, maximum=None, thr=None):
+    defaults = {
+        "unit": unit,
+        "custom": {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 20 if stack else 5,
+            "showPoints": "never",
+            "spanNulls": False,
+            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+        },
+    }
+    if minimum is not None:
+        defaults["min"] = minimum
+    if maximum is not None:
+        defaults["max"] = maximum
+    if thr:
+        defaults["thresholds"] = thr
+        defaults["custom"]["thresholdsStyle"] = {"mode": "dashed"}
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": tgts,
+    }
+
+
+def stat(title, description, unit, expr, thr, legend="", decimals=None, mappings=None):
+    defaults = {"unit": unit, "thresholds": thr, "color": {"mode": "thresholds"}}
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    if mappings:
+        defaults["mappings"] = mappings
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background",
+            "graphMode": "area",
+            "justifyMode": "auto",
+            "textMode": "auto",
+        },
+        "targets": [target(expr, legend)],
+    }
+
+
+def heatmap(title, description, unit, tgt, from_buckets):
+    return {
+        "type": "heatmap",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {
+            "calculate": False,
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential", "exponent": 0.5},
+            "yAxis": {"axisPlacement": "left", "unit": unit if from_buckets else "short"},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"show": True, "yHistogram": from_buckets},
+            "legend": {"show": True},
+        },
+        "targets": [tgt],
+    }
+
+
+def table(title, description, unit, expr):
+    return {
+        "type": "table",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"showHeader": True},
+        "transformations": [
+            {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}}}
+        ],
+        "targets": [target(expr, fmt="table", instant=True)],
+    }
+
+
+def templating():
+    return {
+        "list": [
+            {
+                "name": "datasource",
+                "label": "Data source",
+                "type": "datasource",
+                "query": "prometheus",
+                "current": {},
+                "hide": 0,
+                "refresh": 1,
+                "regex": "",
+            },
+            {
+                "name": "job",
+                "label": "Job",
+                "type": "query",
+                "datasource": DS,
+                "query": {"query": "label_values(node_scrape_collector_success, job)", "refId": "job"},
+                "definition": "label_values(node_scrape_collector_success, job)",
+                "current": {},
+                "refresh": 2,
+                "sort": 1,
+                "hide": 0,
+                "includeAll": False,
+                "multi": False,
+            },
+            {
+                "name": "instance",
+                "label": "Instance",
+                "type": "query",
+                "datasource": DS,
+                "query": {
+                    "query": 'label_values(node_scrape_collector_success{job="$job"}, instance)',
+                    "refId": "instance",
+                },
+                "definition": 'label_values(node_scrape_collector_success{job="$job"}, instance)',
+                "current": {},
+                "refresh": 2,
+                "sort": 1,
+                "hide": 0,
+                "includeAll": False,
+                "multi": False,
+            },
+        ]
+    }
+
+
+def dashboard(key, title, description, layout):
+    return {
+        "uid": UIDS[key],
+        "title": title,
+        "description": description,
+        "tags": ["usescope"],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "weekStart": "",
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                },
+                {
+                    "datasource": DS,
+                    "enable": True,
+                    "expr": 'ALERTS{alertstate="firing", instance="$instance"}',
+                    "iconColor": "red",
+                    "name": "Firing alerts",
+                    "step": "60s",
+                    "tagKeys": "alertname,severity",
+                    "titleFormat": "{{alertname}}",
+                    "useValueForTime": False,
+                },
+            ]
+        },
+        "links": [
+            {
+                "title": "usescope dashboards",
+                "type": "dashboards",
+                "tags": ["usescope"],
+                "asDropdown": False,
+                "includeVars": True,
+                "keepTime": True,
+                "targetBlank": False,
+                "icon": "external link",
+                "tooltip": "",
+                "url": "",
+            }
+        ],
+        "templating": templating(),
+        "panels": layout.panels,
+    }
+
+
+def cpus():
+    return f'scalar(count(node_cpu_seconds_total{{{SEL}, mode="idle"}}))'
+
+
+def overview():
+    L = Layout()
+    L.row("Saturated now")
+    top = [
+        ("Load per CPU", "Load average (1 min) divided by the CPU count. Bad: 0.7 needs a look, 1.0 or more means tasks queue for CPU or I/O.",
+         "short", f'node_load1{{{SEL}}} / {cpus()}', thresholds((0.7, "orange"), (1.0, "red")), 2),
+        ("Run-queue p99", "99th percentile time a runnable task waited for a CPU (eBPF). Bad: above 10 ms sustained.",
+         "s", f'histogram_quantile(0.99, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))',
+         thresholds((0.005, "orange"), (0.01, "red")), None),
+        ("Worst CPU iowait", "iowait of the busiest CPU: one CPU can be stuck while the average looks fine. Bad: above 50%, and paging only when a disk is also busy.",
+         "percentunit", f'max(rate(node_cpu_seconds_total{{{SEL}, mode="iowait"}}[{RI}]))', thresholds((0.3, "orange"), (0.5, "red")), 1),
+        ("Worst softirq CPU", "Share of time the busiest CPU spends in softirq. Bad: around 30% on one CPU is a network receive storm.",
+         "percentunit", f'max(rate(node_cpu_seconds_total{{{SEL}, mode="softirq"}}[{RI}]))', thresholds((0.2, "orange"), (0.3, "red")), 1),
+        ("Zone free / low", "Lowest ratio of free pages to the low watermark over all zones. Bad: below 100% means kswapd is reclaiming; staying there means it cannot keep up.",
+         "percentunit", f'min(node_zoneinfo_nr_free_pages{{{SEL}}} / (node_zoneinfo_low_pages{{{SEL}}} > 0))', low_is_bad(1.0, 1.2), 0),
+        ("Memory PSI", "Share of time some task was stalled waiting for memory (PSI). Bad: anything sustained above a few percent.",
+         "percentunit", f'rate(node_pressure_memory_waiting_seconds_total{{{SEL}}}[{RI}])', thresholds((0.05, "orange"), (0.2, "red")), 1),
+        ("Busiest disk", "Utilisation (share of time with I/O in flight) of the busiest disk. Bad: 60% warns, 80% is a bottleneck for a single-queue device.",
+         "percentunit", f'max(rate(node_disk_io_time_seconds_total{{{SEL}}}[{RI}]))', thresholds((0.6, "orange"), (0.8, "red")), 0),
+        ("Conntrack used", "Connection-tracking table use. Bad: at 100% the kernel drops new flows; alerts at 75% and 90%.",
+         "percentunit", f'node_nf_conntrack_entries{{{SEL}}} / (node_nf_conntrack_entries_limit{{{SEL}}} > 0)', thresholds((0.75, "orange"), (0.9, "red")), 0),
+        ("Listen drops", "Incoming TCP connections dropped at full listen queues per second. Bad: any.",
+         "cps", f'rate(node_netstat_TcpExt_ListenDrops{{{SEL}}}[{RI}])', thresholds((0.0001, "red")), None),
+        ("Page-cache hits", "Share of page-cache accesses that hit (eBPF). Bad: below 50% under read load; O_DIRECT I/O is not counted.",
+         "percentunit", f'clamp_min(1 - rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}]) / (rate(usescope_page_cache_accesses_total{{{SEL}}}[{RI}]) > 0), 0)',
+         low_is_bad(0.5, 0.8), 0),
+    ]
+    for title, desc, unit, expr, thr, dec in top:
+        L.add(stat(title, desc, unit, expr, thr, decimals=dec), w=4, h=4)
+
+    L.row("CPU — utilisation, saturation, errors")
+    L.add(timeseries("CPU utilisation per CPU",
+        "Share of time each CPU was busy (not idle, iowait or steal). Bad: all CPUs near 100% together; one CPU at 100% with others idle is a single-threaded bottleneck.",
+        "percentunit", targets((f'1 - sum by (cpu) (rate(node_cpu_seconds_total{{{SEL}, mode=~"idle|iowait|steal"}}[{RI}]))', "cpu {{cpu}}")),
+        minimum=0, maximum=1), 6, 8)
+    L.add(timeseries("Load and runnable tasks per CPU",
+        "Load averages and running tasks divided by the CPU count. Bad: 1 or more sustained. Load includes tasks in uninterruptible (D) sleep, so check iowait too.",
+        "short", targets(
+            (f'node_load1{{{SEL}}} / {cpus()}', "load1 / CPU"),
+            (f'node_load5{{{SEL}}} / {cpus()}', "load5 / CPU"),
+            (f'node_procs_running{{{SEL}}} / {cpus()}', "running / CPU")),
+        minimum=0, thr=thresholds((0.7, "orange"), (1.0, "red"))), 6, 8)
+    L.add(timeseries("Run-queue latency (eBPF)",
+        "p50 and p99 wait from wakeup to running. Bad: p99 above 10 ms sustained (tasks wait for a CPU); empty when the runqlat probe is off.",
+        "s", targets(
+            (f'histogram_quantile(0.50, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p50"),
+            (f'histogram_quantile(0.99, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p99")),
+        thr=thresholds((0.01, "red"))), 6, 8)
+    L.add(timeseries("CPU errors: machine checks",
+        "Machine-check exceptions per second from /proc/interrupts (needs --collector.interrupts). Bad: any; the CPU or memory reports hardware errors.",
+        "cps", targets((f'sum(rate(node_interrupts_total{{{SEL}, type="MCE"}}[{RI}]))', "MCE"))), 6, 8)
+
+    L.row("Memory — utilisation, saturation, errors")
+    L.add(timeseries("Memory utilisation",
+        "1 - MemAvailable / MemTotal. Bad: close to 100% together with reclaim or major faults on the right.",
+        "percentunit", targets((f'1 - node_memory_MemAvailable_bytes{{{SEL}}} / node_memory_MemTotal_bytes{{{SEL}}}', "used")),
+        minimum=0, maximum=1), 6, 8)
+    L.add(timeseries("Zone free pages / low watermark",
+        "Free pages of each zone as a share of its low watermark. Bad: below 100% (kswapd reclaiming); a zone staying below, or dropping toward min (80% of low), means allocations stall.",
+        "percentunit", targets((f'node_zoneinfo_nr_free_pages{{{SEL}}} / (node_zoneinfo_low_pages{{{SEL}}} > 0)', "node {{node}} {{zone}}")),
+        thr=thresholds((1.0, "transparent"))), 6, 8)
+    L.add(timeseries("Reclaim and major faults",
+        "Pages scanned by kswapd and by direct reclaim, and major page faults per second. Bad: direct reclaim at all (allocating tasks stall), major faults rising (reading back evicted pages).",
+        "cps", targets(
+            (f'rate(node_vmstat_pgscan_kswapd{{{SEL}}}[{RI}])', "pgscan kswapd"),
+            (f'rate(node_vmstat_pgscan_direct{{{SEL}}}[{RI}])', "pgscan direct"),
+            (f'rate(node_vmstat_pgmajfault{{{SEL}}}[{RI}])', "major faults"))), 6, 8)
+    L.add(timeseries("Memory errors: OOM kills",
+        "Processes killed by the OOM killer in each interval. Bad: any.",
+        "short", targets((f'increase(node_vmstat_oom_kill{{{SEL}}}[{RI}])', "OOM kills")), minimum=0), 6, 8)
+
+    L.row("Disk — utilisation, saturation, latency (no error counters in /proc: see dmesg and SMART)")
+    L.add(timeseries("Disk utilisation",
+        "Share of time each device had I/O in flight (iostat %util). Bad: 60% warns, 80% is a bottleneck for one-request-at-a-time devices; NVMe/RAID can show 100% with headroom.",
+        "percentunit", targets((f'rate(node_disk_io_time_seconds_total{{{SEL}}}[{RI}])', "{{device}}")),
+        minimum=0, maximum=1, thr=thresholds((0.6, "orange"), (0.8, "red"))), 6, 8)
+    L.add(timeseries("Disk queue (aqu-sz)",
+        "Average requests queued or in service. Bad: 1 or more on a busy device means requests wait.",
+        "short", targets((f'rate(node_disk_io_time_weighted_seconds_total{{{SEL}}}[{RI}])', "{{device}}")),
+        minimum=0, thr=thresholds((1, "red"))), 6, 8)
+    L.add(timeseries("Disk await",
+        "Average time per completed read and write. Bad: tens of ms on SSD, hundreds on spinning disks; seconds during log storms.",
+        "s", targets(
+            (f'rate(node_disk_read_time_seconds_total{{{SEL}}}[{RI}]) / (rate(node_disk_reads_completed_total{{{SEL}}}[{RI}]) > 0)', "{{device}} read"),
+            (f'rate(node_disk_write_time_seconds_total{{{SEL}}}[{RI}]) / (rate(node_disk_writes_completed_total{{{SEL}}}[{RI}]) > 0)', "{{device}} write"))), 6, 8)
+    L.add(timeseries("I/O pressure (PSI)",
+        "Share of time some (waiting) or all (stalled) non-idle tasks waited for I/O. Bad: stalled above a few percent.",
+        "percentunit", targets(
+            (f'rate(node_pressure_io_waiting_seconds_total{{{SEL}}}[{RI}])', "some"),
+            (f'rate(node_pressure_io_stalled_seconds_total{{{SEL}}}[{RI}])', "full")), minimum=0), 6, 8)
+
+    L.row("Network — utilisation, saturation, errors")
+    L.add(timeseries("Network throughput",
+        "Bytes per second received (+) and transmitted (-) per interface, loopback excluded. /proc has no link speed: bad is near the NIC's line rate.",
+        "Bps", targets(
+            (f'rate(node_network_receive_bytes_total{{{SEL}, device!="lo"}}[{RI}])', "{{device}} rx"),
+            (f'-rate(node_network_transmit_bytes_total{{{SEL}, device!="lo"}}[{RI}])', "{{device}} tx"))), 6, 8)
+    L.add(timeseries("Softnet squeezes and backlog drops",
+        "time_squeeze: the NAPI budget ran out with packets left; dropped: the per-CPU backlog overflowed. Bad: squeezes sustained (raise netdev_budget, spread queues); any backlog drop.",
+        "cps", targets(
+            (f'sum(rate(node_softnet_times_squeezed_total{{{SEL}}}[{RI}]))', "squeezed"),
+            (f'sum(rate(node_softnet_dropped_total{{{SEL}}}[{RI}]))', "backlog dropped"))), 6, 8)
+    L.add(timeseries("TCP listen queue overflows",
+        "SYNs or handshakes dropped because an accept queue was full. Bad: any; clients see connect timeouts.",
+        "cps", targets(
+            (f'rate(node_netstat_TcpExt_ListenOverflows{{{SEL}}}[{RI}])', "overflows"),
+            (f'rate(node_netstat_TcpExt_ListenDrops{{{SEL}}}[{RI}])', "drops"))), 6, 8)
+    L.add(timeseries("Network errors and drops",
+        "Interface errors and drops per second, and kernel drops by reason (eBPF). Bad: any interface error; drop reasons other than background NO_SOCKET.",
+        "pps", targets(
+            (f'rate(node_network_receive_errs_total{{{SEL}, device!="lo"}}[{RI}]) + rate(node_network_transmit_errs_total{{{SEL}, device!="lo"}}[{RI}])', "{{device}} errors"),
+            (f'rate(node_network_receive_drop_total{{{SEL}, device!="lo"}}[{RI}]) + rate(node_network_transmit_drop_total{{{SEL}, device!="lo"}}[{RI}])', "{{device}} drops"),
+            (f'sum by (reason) (rate(usescope_skb_drops_total{{{SEL}}}[{RI}]))', "{{reason}}"))), 6, 8)
+
+    L.row("Conntrack and sockets")
+    L.add(timeseries("Conntrack table use",
+        "Entries as a share of nf_conntrack_max. Bad: 75% (ticket), 90% (page); at 100% new flows are dropped. Empty without the nf_conntrack module.",
+        "percentunit", targets((f'node_nf_conntrack_entries{{{SEL}}} / (node_nf_conntrack_entries_limit{{{SEL}}} > 0)', "used")),
+        minimum=0, maximum=1, thr=thresholds((0.75, "orange"), (0.9, "red"))), 8, 8)
+    L.add(timeseries("TCP sockets in TIME_WAIT",
+        "Sockets in TIME_WAIT. Bad: thousands that keep growing (short upstream connections: enable keepalive); they also hold conntrack entries.",
+        "short", targets((f'node_sockstat_TCP_tw{{{SEL}}}', "TIME_WAIT"))), 8, 8)
+    L.add(timeseries("Conntrack failures",
+        "Packets dropped, entries early-dropped and inserts failed per second. Bad: any drop or early_drop (table full); insert_failed with a half-empty table is a NAT race.",
+        "cps", targets(
+            (f'rate(node_nf_conntrack_stat_drop{{{SEL}}}[{RI}])', "drop"),
+            (f'rate(node_nf_conntrack_stat_early_drop{{{SEL}}}[{RI}])', "early_drop"),
+            (f'rate(node_nf_conntrack_stat_insert_failed{{{SEL}}}[{RI}])', "insert_failed"))), 8, 8)
+
+    L.row("Page cache (eBPF)")
+    L.add(timeseries("Page-cache hit ratio",
+        "1 - misses / accesses. Bad: below 50% under steady read load. Readahead and writes count as misses; O_DIRECT is invisible.",
+        "percentunit", targets((f'clamp_min(1 - rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}]) / (rate(usescope_page_cache_accesses_total{{{SEL}}}[{RI}]) > 0), 0)', "hit ratio")),
+        minimum=0, maximum=1, thr=thresholds((0.5, "transparent"))), 12, 8)
+    L.add(timeseries("Page-cache misses",
+        "Pages added to the cache (misses) per second: roughly pages read from disk. Bad: rising together with disk reads and a falling hit ratio.",
+        "cps", targets((f'rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}])', "misses"))), 12, 8)
+    return dashboard("overview", "usescope / USE overview",
+                     "Utilisation, saturation and errors of every resource on one host: find the saturated one in a minute.", L)
+
+
+def kernel():
+    L = Layout()
+    L.row("CPU")
+    L.add(timeseries("CPU modes per CPU",
+        "Time share of each mode on each CPU, stacked (a CPU sums to 100%). Bad: one CPU full of iowait or softirq while others idle; system above user for long.",
+        "percentunit", targets((f'sum by (cpu, mode) (rate(node_cpu_seconds_total{{{SEL}, mode!="idle"}}[{RI}]))', "cpu {{cpu}} {{mode}}")),
+        stack=True, minimum=0), 12, 9)
+    L.add(timeseries("Context switches and interrupts",
+        "Per second. Bad: a 10x jump over the last hour, or above 10 000/s together with high system CPU.",
+        "cps", targets(
+            (f'rate(node_context_switches_total{{{SEL}}}[{RI}])', "context switches"),
+            (f'rate(node_intr_total{{{SEL}}}[{RI}])', "interrupts"))), 6, 9)
+    L.add(timeseries("Processes running and blocked",
+        "Runnable and D-state (blocked on I/O) tasks. Bad: running above the CPU count; blocked above zero for long.",
+        "short", targets(
+            (f'node_procs_running{{{SEL}}}', "running"),
+            (f'node_procs_blocked{{{SEL}}}', "blocked"))), 6, 9)
+
+    L.row("Softirq")
+    L.add(heatmap("NET_RX softirqs per CPU",
+        "NET_RX softirqs per second, one row per CPU. Bad: one hot row while the others stay cold: receive work lands on one CPU (one RX queue, no RPS).",
+        "cps", target(f'sum by (cpu) (rate(node_softirqs_functions_total{{{SEL}, type="NET_RX"}}[{RI}]))', "{{cpu}}"), False), 12, 9)
+    L.add(timeseries("Softirq time share per CPU",
+        "Share of each CPU's time in softirq. Bad: 30% or more on one CPU (with ksoftirqd busy) is a network storm.",
+        "percentunit", targets((f'rate(node_cpu_seconds_total{{{SEL}, mode="softirq"}}[{RI}])', "cpu {{cpu}}")),
+        minimum=0, thr=thresholds((0.3, "red"))), 6, 9)
+    L.add(timeseries("Softirqs by type",
+        "All CPUs, per second, by softirq type. Bad: NET_RX or NET_TX dominating after a traffic change; SCHED/RCU storms.",
+        "cps", targets((f'sum by (type) (rate(node_softirqs_functions_total{{{SEL}}}[{RI}]))', "{{type}}"))), 6, 9)
+
+    L.row("Memory")
+    L.add(timeseries("Zone free pages vs watermarks (pages)",
+        "Free pages of each zone against its min, low and high watermarks. Bad: free below low (kswapd reclaiming) and not climbing back to high; below min, allocations stall in direct reclaim.",
+        "short", targets(
+            (f'node_zoneinfo_nr_free_pages{{{SEL}}} and on (node, zone) (node_zoneinfo_managed_pages{{{SEL}}} > 0)', "node {{node}} {{zone}} free"),
+            (f'node_zoneinfo_min_pages{{{SEL}}} > 0', "node {{node}} {{zone}} min"),
+            (f'node_zoneinfo_low_pages{{{SEL}}} > 0', "node {{node}} {{zone}} low"),
+            (f'node_zoneinfo_high_pages{{{SEL}}} > 0', "node {{node}} {{zone}} high"))), 12, 9)
+    L.add(timeseries("Available memory",
+        "MemAvailable against MemTotal. Bad: available trending to zero.",
+        "bytes", targets(
+            (f'node_memory_MemTotal_bytes{{{SEL}}}', "total"),
+            (f'node_memory_MemAvailable_bytes{{{SEL}}}', "available"))), 6, 9)
+    L.add(timeseries("Pressure stall (PSI)",
+        "Share of time tasks stalled on CPU, memory and I/O. Bad: memory or io 'full' above a few percent; cpu 'some' high means run-queue waits.",
+        "percentunit", targets(
+            (f'rate(node_pressure_cpu_waiting_seconds_total{{{SEL}}}[{RI}])', "cpu some"),
+            (f'rate(node_pressure_memory_waiting_seconds_total{{{SEL}}}[{RI}])', "memory some"),
+            (f'rate(node_pressure_memory_stalled_seconds_total{{{SEL}}}[{RI}])', "memory full"),
+            (f'rate(node_pressure_io_waiting_seconds_total{{{SEL}}}[{RI}])', "io some"),
+            (f'rate(node_pressure_io_stalled_seconds_total{{{SEL}}}[{RI}])', "io full")), minimum=0), 6, 9)
+    L.add(timeseries("Reclaim: scanned and stolen pages",
+        "Pages scanned and reclaimed per second by kswapd and by direct reclaim. Bad: any direct reclaim; steal far below scan (reclaim is struggling).",
+        "cps", targets(
+            (f'rate(node_vmstat_pgscan_kswapd{{{SEL}}}[{RI}])', "scan kswapd"),
+            (f'rate(node_vmstat_pgsteal_kswapd{{{SEL}}}[{RI}])', "steal kswapd"),
+            (f'rate(node_vmstat_pgscan_direct{{{SEL}}}[{RI}])', "scan direct"),
+            (f'rate(node_vmstat_pgsteal_direct{{{SEL}}}[{RI}])', "steal direct"))), 12, 8)
+    L.add(timeseries("Allocation stalls and major faults",
+        "Direct-reclaim stalls and major page faults per second. Bad: allocstall above zero (tasks stall allocating), major faults climbing (thrashing).",
+        "cps", targets(
+            (f'rate(node_vmstat_allocstall_normal{{{SEL}}}[{RI}]) + rate(node_vmstat_allocstall_movable{{{SEL}}}[{RI}])', "allocstall"),
+            (f'rate(node_vmstat_pgmajfault{{{SEL}}}[{RI}])', "major faults"),
+            (f'rate(node_vmstat_oom_kill{{{SEL}}}[{RI}])', "OOM kills"))), 12, 8)
+
+    L.row("Disk")
+    L.add(timeseries("Disk IOPS",
+        "Completed reads (+) and writes (-) per second. Bad: flat at the device's rated IOPS while await rises.",
+        "iops", targets(
+            (f'rate(node_disk_reads_completed_total{{{SEL}}}[{RI}])', "{{device}} read"),
+            (f'-rate(node_disk_writes_completed_total{{{SEL}}}[{RI}])', "{{device}} write"))), 6, 8)
+    L.add(timeseries("Disk throughput",
+        "Bytes read (+) and written (-) per second. Bad: flat at the device's rated bandwidth while await rises.",
+        "Bps", targets(
+            (f'rate(node_disk_read_bytes_total{{{SEL}}}[{RI}])', "{{device}} read"),
+            (f'-rate(node_disk_written_bytes_total{{{SEL}}}[{RI}])', "{{device}} write"))), 6, 8)
+    L.add(timeseries("Disk await",
+        "Average time per completed request. Bad: well above the device's baseline (ms on SSD); a log storm once showed 7.27 s writes.",
+        "s", targets(
+            (f'rate(node_disk_read_time_seconds_total{{{SEL}}}[{RI}]) / (rate(node_disk_reads_completed_total{{{SEL}}}[{RI}]) > 0)', "{{device}} r_await"),
+            (f'rate(node_disk_write_time_seconds_total{{{SEL}}}[{RI}]) / (rate(node_disk_writes_completed_total{{{SEL}}}[{RI}]) > 0)', "{{device}} w_await"))), 6, 8)
+    L.add(timeseries("Disk queue and utilisation",
+        "aqu-sz (requests in flight on average) and in-flight requests now. Bad: queue of 1 or more while utilisation is high.",
+        "short", targets(
+            (f'rate(node_disk_io_time_weighted_seconds_total{{{SEL}}}[{RI}])', "{{device}} aqu-sz"),
+            (f'node_disk_io_now{{{SEL}}}', "{{device}} in flight"))), 6, 8)
+
+    L.row("Network")
+    L.add(timeseries("Interface drops and errors",
+        "Per interface and direction, per second. Bad: any error; drops that track traffic peaks (ring too small).",
+        "pps", targets(
+            (f'rate(node_network_receive_drop_total{{{SEL}}}[{RI}])', "{{device}} rx drop"),
+            (f'rate(node_network_transmit_drop_total{{{SEL}}}[{RI}])', "{{device}} tx drop"),
+            (f'rate(node_network_receive_errs_total{{{SEL}}}[{RI}])', "{{device}} rx errs"),
+            (f'rate(node_network_transmit_errs_total{{{SEL}}}[{RI}])', "{{device}} tx errs"))), 8, 8)
+    L.add(timeseries("TCP listen overflows and drops",
+        "Per second. Bad: any: an accept queue is full and clients time out.",
+        "cps", targets(
+            (f'rate(node_netstat_TcpExt_ListenOverflows{{{SEL}}}[{RI}])', "ListenOverflows"),
+            (f'rate(node_netstat_TcpExt_ListenDrops{{{SEL}}}[{RI}])', "ListenDrops"))), 8, 8)
+    L.add(timeseries("Softnet per CPU",
+        "Squeezes (budget exhausted) and backlog drops per CPU per second. Bad: sustained squeezes on one CPU; any backlog drop.",
+        "cps", targets(
+            (f'rate(node_softnet_times_squeezed_total{{{SEL}}}[{RI}])', "cpu {{cpu}} squeezed"),
+            (f'rate(node_softnet_dropped_total{{{SEL}}}[{RI}])', "cpu {{cpu}} dropped"))), 8, 8)
+
+    L.row("Conntrack")
+    L.add(timeseries("Conntrack entries vs limit",
+        "Tracked flows against nf_conntrack_max. Bad: entries approaching the limit (new flows are dropped at the limit). Empty without the nf_conntrack module.",
+        "short", targets(
+            (f'node_nf_conntrack_entries{{{SEL}}}', "entries"),
+            (f'node_nf_conntrack_entries_limit{{{SEL}}}', "limit"))), 12, 8)
+    L.add(timeseries("Conntrack events",
+        "Inserts, drops, early drops, failed inserts and search restarts per second. Bad: any drop or early_drop.",
+        "cps", targets(
+            (f'rate(node_nf_conntrack_stat_insert{{{SEL}}}[{RI}])', "insert"),
+            (f'rate(node_nf_conntrack_stat_drop{{{SEL}}}[{RI}])', "drop"),
+            (f'rate(node_nf_conntrack_stat_early_drop{{{SEL}}}[{RI}])', "early_drop"),
+            (f'rate(node_nf_conntrack_stat_insert_failed{{{SEL}}}[{RI}])', "insert_failed"),
+            (f'rate(node_nf_conntrack_stat_search_restart{{{SEL}}}[{RI}])', "search_restart"))), 12, 8)
+    return dashboard("kernel", "usescope / Kernel detail",
+                     "Per-CPU, per-zone, per-device and per-interface detail to confirm what the USE overview points at.", L)
+
+
+def ebpf():
+    L = Layout()
+    L.row("Run-queue latency")
+    L.add(heatmap("Run-queue latency heatmap",
+        "Wakeups per latency bucket over time (log2 buckets). Bad: mass moving up past 1-10 ms; a band at tens of ms means tasks queue for CPU (e.g. a container at its CPU limit).",
+        "s", target(f'sum by (le) (increase(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}]))', "{{le}}", fmt="heatmap"), True), 12, 9)
+    L.add(timeseries("Run-queue latency quantiles",
+        "p50, p90, p99 of the wait from wakeup (or preemption) to running. Bad: p99 above 10 ms sustained.",
+        "s", targets(
+            (f'histogram_quantile(0.50, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p50"),
+            (f'histogram_quantile(0.90, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p90"),
+            (f'histogram_quantile(0.99, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p99")),
+        thr=thresholds((0.01, "red"))), 6, 9)
+    L.add(timeseries("Run-queue p99 per CPU",
+        "p99 per CPU; only with --probe.runqlat.per-cpu. Bad: one CPU far above the others (pinned or IRQ-heavy CPU).",
+        "s", targets((f'histogram_quantile(0.99, sum by (cpu, le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}, cpu!=""}}[{RI}])))', "cpu {{cpu}}"))), 6, 9)
+
+    L.row("Page cache")
+    L.add(timeseries("Page-cache hit ratio",
+        "1 - misses / accesses. Bad: below 50% under steady reads. Cold reads are ~0%, warm 100%; readahead and writes count as misses; O_DIRECT is invisible.",
+        "percentunit", targets((f'clamp_min(1 - rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}]) / (rate(usescope_page_cache_accesses_total{{{SEL}}}[{RI}]) > 0), 0)', "hit ratio")),
+        minimum=0, maximum=1, thr=thresholds((0.5, "transparent"))), 8, 8)
+    L.add(timeseries("Page-cache accesses, misses, dirtied",
+        "Pages per second. Bad: misses tracking accesses (nothing is cached); dirtied far above disk writes (writeback will stall writers).",
+        "cps", targets(
+            (f'rate(usescope_page_cache_accesses_total{{{SEL}}}[{RI}])', "accesses"),
+            (f'rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}])', "misses"),
+            (f'rate(usescope_page_cache_dirtied_total{{{SEL}}}[{RI}])', "dirtied"))), 8, 8)
+    L.add(timeseries("Disk reads for comparison",
+        "Bytes read from disk per second: should track page-cache misses. Bad: high disk reads with few misses means O_DIRECT I/O bypassing the cache.",
+        "Bps", targets((f'sum(rate(node_disk_read_bytes_total{{{SEL}}}[{RI}]))', "disk read"))), 8, 8)
+
+    L.row("Packet drops")
+    L.add(timeseries("Drops by reason",
+        "Packets freed by the kernel as drops, per reason (skb:kfree_skb). Bad: NETFILTER_DROP with conntrack near full; socket buffer reasons (receiver too slow); any checksum reason.",
+        "pps", targets((f'sum by (reason) (rate(usescope_skb_drops_total{{{SEL}}}[{RI}]))', "{{reason}}")), stack=True), 16, 9)
+    L.add(table("Top drop reasons (last hour)",
+        "Drops per reason over the last hour. Bad: anything but a steady trickle of NO_SOCKET from scanners.",
+        "short", f'sort_desc(round(sum by (reason) (increase(usescope_skb_drops_total{{{SEL}}}[1h])) > 0))'), 8, 9)
+
+    L.row("Probe status and overhead")
+    L.add(stat("Probes up",
+        "1 when the probe is loaded and attached. Bad: 0 — the probe's metrics and alerts are missing; the log names the cause.",
+        "none", f'usescope_probe_up{{{SEL}}}', {"mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}]},
+        legend="{{probe}}", mappings=[{"type": "value", "options": {"0": {"text": "down"}, "1": {"text": "up"}}}]), 8, 6)
+    L.add(table("Probe attach modes",
+        "Which hook each probe uses (tp_btf, raw_tp, ...). Bad: a fallback mode where the preferred one should work.",
+        "none", f'usescope_probe_info{{{SEL}}}'), 8, 6)
+    L.add(timeseries("Collector failures",
+        "Collectors whose last scrape failed (0 = failed). Bad: any 0: that collector's metrics are missing.",
+        "none", targets((f'node_scrape_collector_success{{{SEL}}} == 0', "{{collector}}"))), 8, 6)
+    L.add(timeseries("BPF CPU time per program",
+        "CPU seconds per second spent in each BPF program (kernel.bpf_stats_enabled). Bad: above a few percent of one CPU on a hot path.",
+        "percentunit", targets((f'rate(usescope_bpf_program_run_seconds_total{{{SEL}}}[{RI}])', "{{probe}}/{{program}}")), minimum=0), 8, 8)
+    L.add(timeseries("BPF cost per run",
+        "Average time per program run. Bad: well above ~100 ns for a per-CPU counter update.",
+        "s", targets((f'rate(usescope_bpf_program_run_seconds_total{{{SEL}}}[{RI}]) / (rate(usescope_bpf_program_runs_total{{{SEL}}}[{RI}]) > 0)', "{{probe}}/{{program}}"))), 8, 8)
+    L.add(timeseries("BPF runs per second",
+        "Program invocations per second (event rate of each hook). Bad: millions per second on one hook: consider turning that probe off.",
+        "cps", targets((f'rate(usescope_bpf_program_runs_total{{{SEL}}}[{RI}])', "{{probe}}/{{program}}"))), 8, 8)
+    return dashboard("ebpf", "usescope / eBPF",
+                     "What /proc cannot show: run-queue latency, page-cache hits and misses, packet drops by reason, and the probes' own status and cost.", L)
+
+
+BUILDERS = {"usescope-overview.json": overview, "usescope-kernel.json": kernel, "usescope-ebpf.json": ebpf}
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, build in BUILDERS.items():
+        text = json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+        path = HERE / name
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print("stale (run dashboards/generate.py): " + ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
