@@ -1,18 +1,714 @@
-//! Placeholder: to be implemented.
+//! /proc/net/netstat, /proc/net/snmp and /proc/net/snmp6 →
+//! `node_netstat_<Proto>_<Field>`, untyped, as node_exporter exports them.
+//!
+//! netstat and snmp come as pairs of lines, `Proto: names...` then
+//! `Proto: values...`; snmp6 has one `Ip6InReceives  1` pair per line and
+//! the protocol is the name up to its first '6' (`Ip6`, `Icmp6`, `Udp6`).
+//!
+//! Which fields are exported: node_exporter 1.9's default
+//! `--collector.netstat.fields`, plus what the USE rules here need on top:
+//! `TcpExt_TW*` (TIME_WAIT churn). `TcpExt_ListenOverflows`,
+//! `TcpExt_ListenDrops`, `TcpExt_TCPTimeouts` and `Tcp_RetransSegs` are
+//! listed explicitly too, so they stay even if node_exporter's default
+//! changes. The regex runs only when a header line (or an snmp6 name) is
+//! seen for the first time; the decision is cached with the header.
+//!
+//! Each file is optional: one the kernel lacks (snmp6 without IPv6) is
+//! skipped, the others are still exported.
+
+use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::error::CollectError;
-use crate::exposition::Encoder;
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder, Value};
+use crate::parse::{i64_field, u64_field};
+use crate::source::{Read, SourceFile};
 
-struct Todo;
+/// node_exporter 1.9's default for `--collector.netstat.fields`.
+pub const NODE_EXPORTER_FIELDS: &str = "^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(6|Ext)_(InOctets|OutOctets)|Icmp6?_(InMsgs|OutMsgs)|TcpExt_(Listen.*|Syncookies.*|TCPSynRetrans|TCPTimeouts|TCPOFOQueue|TCPRcvQDrop)|Tcp_(ActiveOpens|InSegs|OutSegs|OutRsts|PassiveOpens|RetransSegs|CurrEstab)|Udp6?_(InDatagrams|OutDatagrams|NoPorts|RcvbufErrors|SndbufErrors))$";
 
-impl Collector for Todo {
-    fn collect(&mut self, _enc: &mut Encoder) -> Result<(), CollectError> {
+/// Fields usescope's alerts and dashboards rely on, beyond that default.
+pub const USESCOPE_FIELDS: &str =
+    "^(TcpExt_(ListenOverflows|ListenDrops|TCPTimeouts|TW.*)|Tcp_RetransSegs)$";
+
+/// Most distinct header lines remembered before the cache starts over; the
+/// kernel prints about ten, so only a file that keeps changing hits this.
+const MAX_CACHED_HEADERS: usize = 64;
+
+/// Parses a counter. Nearly all are unsigned; a few snmp values are signed
+/// (`Tcp: MaxConn` is -1 when the limit is dynamic).
+pub fn number(tok: &str, line: usize, what: &str) -> Result<Value, ParseError> {
+    if tok.starts_with('-') {
+        i64_field(tok, line, what).map(Value::I64)
+    } else {
+        u64_field(tok, line, what).map(Value::U64)
+    }
+}
+
+/// One `Proto: names` / `Proto: values` pair of lines, already checked:
+/// same protocol, same number of fields, every value a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Section<'a> {
+    pub proto: &'a str,
+    /// The whole names line, which keys the field-selection cache.
+    pub header: &'a str,
+    names: &'a str,
+    values: &'a str,
+    /// Line number of the values line.
+    pub line: usize,
+}
+
+impl<'a> Section<'a> {
+    /// `(field name, value token)` in file order.
+    pub fn fields(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
+        self.names
+            .split_whitespace()
+            .zip(self.values.split_whitespace())
+    }
+}
+
+/// Parses /proc/net/netstat or /proc/net/snmp into checked sections.
+pub fn parse(s: &str) -> Sections<'_> {
+    Sections {
+        lines: s.lines().enumerate(),
+    }
+}
+
+pub struct Sections<'a> {
+    lines: std::iter::Enumerate<std::str::Lines<'a>>,
+}
+
+impl<'a> Iterator for Sections<'a> {
+    type Item = Result<Section<'a>, ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (i, header) = self.lines.find(|(_, l)| !l.trim().is_empty())?;
+        let values = self.lines.next();
+        Some(section(header, i + 1, values.map(|(j, v)| (v, j + 1))))
+    }
+}
+
+fn section<'a>(
+    header: &'a str,
+    header_line: usize,
+    values: Option<(&'a str, usize)>,
+) -> Result<Section<'a>, ParseError> {
+    let (proto, names) = split_proto(header, header_line)?;
+    let (values, line) =
+        values.ok_or_else(|| ParseError::new(header_line, format!("{proto}: no values line")))?;
+    let (vproto, vals) = split_proto(values, line)?;
+    if vproto != proto {
+        return Err(ParseError::new(
+            line,
+            format!("values for {vproto:?} follow the {proto:?} header"),
+        ));
+    }
+    let (n_names, n_values) = (
+        names.split_whitespace().count(),
+        vals.split_whitespace().count(),
+    );
+    if n_names != n_values {
+        return Err(ParseError::new(
+            line,
+            format!("{proto}: {n_names} names but {n_values} values"),
+        ));
+    }
+    if n_names == 0 {
+        return Err(ParseError::new(line, format!("{proto}: no fields")));
+    }
+    for (name, tok) in names.split_whitespace().zip(vals.split_whitespace()) {
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(ParseError::new(
+                header_line,
+                format!("{proto}: invalid field name {name:?}"),
+            ));
+        }
+        number(tok, line, name)?;
+    }
+    Ok(Section {
+        proto,
+        header,
+        names,
+        values: vals,
+        line,
+    })
+}
+
+/// `TcpExt: a b c` → (`TcpExt`, ` a b c`).
+fn split_proto(line: &str, lineno: usize) -> Result<(&str, &str), ParseError> {
+    let (proto, rest) = line
+        .split_once(':')
+        .ok_or_else(|| ParseError::new(lineno, "missing ':' after the protocol name"))?;
+    if proto.is_empty() || !proto.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ParseError::new(
+            lineno,
+            format!("invalid protocol name {proto:?}"),
+        ));
+    }
+    Ok((proto, rest))
+}
+
+/// One snmp6 line: `Icmp6InMsgs    1` → proto `Icmp6`, field `InMsgs`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Snmp6Field<'a> {
+    /// The whole name, `Icmp6InMsgs`.
+    pub name: &'a str,
+    pub proto: &'a str,
+    pub field: &'a str,
+    pub value: Value,
+    pub line: usize,
+}
+
+/// Parses /proc/net/snmp6 line by line.
+pub fn parse_snmp6(s: &str) -> impl Iterator<Item = Result<Snmp6Field<'_>, ParseError>> {
+    s.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| snmp6_line(l, i + 1))
+}
+
+fn snmp6_line(line: &str, lineno: usize) -> Result<Snmp6Field<'_>, ParseError> {
+    let mut toks = line.split_whitespace();
+    let (name, tok) = match (toks.next(), toks.next(), toks.next()) {
+        (Some(name), Some(tok), None) => (name, tok),
+        _ => {
+            return Err(ParseError::new(lineno, "expected a name and one value"));
+        }
+    };
+    let split = name
+        .find('6')
+        .map(|i| i + 1)
+        .filter(|&i| i > 1 && i < name.len())
+        .ok_or_else(|| ParseError::new(lineno, format!("{name:?} is not <Proto>6<Field>")))?;
+    let (proto, field) = name.split_at(split);
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ParseError::new(lineno, format!("invalid name {name:?}")));
+    }
+    Ok(Snmp6Field {
+        name,
+        proto,
+        field,
+        value: number(tok, lineno, name)?,
+        line: lineno,
+    })
+}
+
+/// Descriptions for metric names built at run time from field names that a
+/// kernel file supplies (`node_netstat_TcpExt_ListenOverflows`).
+///
+/// [`Desc`] holds `&'static str`s, so a name seen at run time is leaked,
+/// once: lookups go through this table first. The kernel's field set is
+/// small and fixed; [`DynamicDescs::MAX`] bounds the table against a file
+/// that keeps inventing names.
+pub(crate) struct DynamicDescs {
+    make: fn(&'static str, &'static str) -> Desc,
+    entries: Vec<(Box<str>, Box<str>, Desc)>,
+}
+
+impl DynamicDescs {
+    const MAX: usize = 4096;
+
+    /// `make` is the constructor for the type, e.g. `Desc::gauge`.
+    pub(crate) fn new(make: fn(&'static str, &'static str) -> Desc) -> DynamicDescs {
+        DynamicDescs {
+            make,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The description for `(group, field)`; `name_help` builds its name
+    /// and help text the first time the pair is seen.
+    pub(crate) fn get(
+        &mut self,
+        group: &str,
+        field: &str,
+        line: usize,
+        name_help: impl FnOnce() -> (String, String),
+    ) -> Result<Desc, ParseError> {
+        if let Some((_, _, d)) = self
+            .entries
+            .iter()
+            .find(|(g, f, _)| **g == *group && **f == *field)
+        {
+            return Ok(*d);
+        }
+        if self.entries.len() >= Self::MAX {
+            return Err(ParseError::new(
+                line,
+                format!(
+                    "more than {} distinct metric names; refusing {group}_{field}",
+                    Self::MAX
+                ),
+            ));
+        }
+        let (name, help) = name_help();
+        let desc = (self.make)(name.leak(), help.leak());
+        self.entries.push((group.into(), field.into(), desc));
+        Ok(desc)
+    }
+}
+
+/// Which fields of one header line are exported, with their descriptions.
+struct HeaderSelection {
+    header: String,
+    descs: Vec<Option<Desc>>,
+}
+
+pub struct NetStatCollector {
+    netstat: SourceFile,
+    snmp: SourceFile,
+    snmp6: SourceFile,
+    select: Regex,
+    descs: DynamicDescs,
+    /// Selections for the netstat/snmp header lines seen so far.
+    headers: Vec<HeaderSelection>,
+    /// snmp6 selections by line: the name seen there and its description.
+    snmp6_names: Vec<(Box<str>, Option<Desc>)>,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    let pattern = format!("(?:{NODE_EXPORTER_FIELDS})|(?:{USESCOPE_FIELDS})");
+    Box::new(NetStatCollector {
+        netstat: SourceFile::new(&s.procfs, "net/netstat"),
+        snmp: SourceFile::new(&s.procfs, "net/snmp"),
+        snmp6: SourceFile::new(&s.procfs, "net/snmp6"),
+        select: Regex::new(&pattern).expect("the netstat field patterns are valid regexes"),
+        descs: DynamicDescs::new(Desc::untyped),
+        headers: Vec::new(),
+        snmp6_names: Vec::new(),
+    })
+}
+
+/// Everything the emitters share, borrowed apart from the source files.
+struct Selector<'c> {
+    select: &'c Regex,
+    descs: &'c mut DynamicDescs,
+}
+
+impl Selector<'_> {
+    /// Runs the field regex on `Proto_Field`; only on a cache miss.
+    fn desc_for(
+        &mut self,
+        proto: &str,
+        field: &str,
+        line: usize,
+    ) -> Result<Option<Desc>, ParseError> {
+        let key = format!("{proto}_{field}");
+        if !self.select.is_match(&key) {
+            return Ok(None);
+        }
+        self.descs
+            .get(proto, field, line, || {
+                (
+                    format!("node_netstat_{key}"),
+                    format!("Statistic {proto}{field}."),
+                )
+            })
+            .map(Some)
+    }
+}
+
+fn emit_sections(
+    text: &str,
+    sel: &mut Selector,
+    headers: &mut Vec<HeaderSelection>,
+    enc: &mut Encoder,
+) -> Result<(), ParseError> {
+    for section in parse(text) {
+        let section = section?;
+        let idx = match headers.iter().position(|h| h.header == section.header) {
+            Some(i) => i,
+            None => {
+                if headers.len() >= MAX_CACHED_HEADERS {
+                    headers.clear();
+                }
+                let mut descs = Vec::new();
+                for (field, _) in section.fields() {
+                    descs.push(sel.desc_for(section.proto, field, section.line)?);
+                }
+                headers.push(HeaderSelection {
+                    header: section.header.to_string(),
+                    descs,
+                });
+                headers.len() - 1
+            }
+        };
+        let selection = &headers[idx].descs;
+        for ((field, tok), desc) in section.fields().zip(selection) {
+            if let Some(desc) = desc {
+                enc.family(desc);
+                enc.sample(desc, &[], number(tok, section.line, field)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn emit_snmp6(
+    text: &str,
+    sel: &mut Selector,
+    names: &mut Vec<(Box<str>, Option<Desc>)>,
+    enc: &mut Encoder,
+) -> Result<(), ParseError> {
+    for (i, f) in parse_snmp6(text).enumerate() {
+        let f = f?;
+        let cached = names
+            .get(i)
+            .filter(|(n, _)| **n == *f.name)
+            .map(|(_, d)| *d);
+        let desc = match cached {
+            Some(d) => d,
+            None => {
+                let d = sel.desc_for(f.proto, f.field, f.line)?;
+                names.truncate(i);
+                names.push((f.name.into(), d));
+                d
+            }
+        };
+        if let Some(desc) = desc {
+            enc.family(&desc);
+            enc.sample(&desc, &[], f.value);
+        }
+    }
+    Ok(())
+}
+
+impl Collector for NetStatCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let mut sel = Selector {
+            select: &self.select,
+            descs: &mut self.descs,
+        };
+        for file in [&mut self.netstat, &mut self.snmp] {
+            if let Read::Text(t) = file.read()? {
+                let r = emit_sections(t, &mut sel, &mut self.headers, enc);
+                r.map_err(|e| CollectError::from_parse(file.path(), e))?;
+            }
+        }
+        if let Read::Text(t) = self.snmp6.read()? {
+            let r = emit_snmp6(t, &mut sel, &mut self.snmp6_names, enc);
+            r.map_err(|e| CollectError::from_parse(self.snmp6.path(), e))?;
+        }
         Ok(())
     }
 }
 
-pub fn build(_s: &Settings) -> Box<dyn Collector> {
-    Box::new(Todo)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+    use proptest::prelude::*;
+    use std::path::{Path, PathBuf};
+
+    const NETSTAT: &str = include_str!("../../tests/fixtures/proc/net/netstat");
+    const SNMP: &str = include_str!("../../tests/fixtures/proc/net/snmp");
+    const SNMP6: &str = include_str!("../../tests/fixtures/proc/net/snmp6");
+
+    fn sections(s: &str) -> Result<Vec<Section<'_>>, ParseError> {
+        parse(s).collect()
+    }
+
+    fn snmp6(s: &str) -> Result<Vec<Snmp6Field<'_>>, ParseError> {
+        parse_snmp6(s).collect()
+    }
+
+    fn fixture_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc")
+    }
+
+    fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
+        let mut buf = Vec::new();
+        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
+        c.collect(&mut enc)?;
+        Ok(String::from_utf8(buf).unwrap())
+    }
+
+    #[test]
+    fn netstat_fixture() {
+        let s = sections(NETSTAT).unwrap();
+        let protos: Vec<&str> = s.iter().map(|s| s.proto).collect();
+        assert_eq!(protos, ["TcpExt", "IpExt", "MPTcpExt"]);
+        let tcp: Vec<(&str, &str)> = s[0].fields().collect();
+        assert_eq!(tcp[10], ("TW", "15"));
+        assert!(tcp.contains(&("ListenOverflows", "0")));
+        assert_eq!(s[1].line, 4);
+    }
+
+    #[test]
+    fn snmp_fixture_with_a_negative_value() {
+        let s = sections(SNMP).unwrap();
+        let protos: Vec<&str> = s.iter().map(|s| s.proto).collect();
+        assert_eq!(protos, ["Ip", "Icmp", "IcmpMsg", "Tcp", "Udp", "UdpLite"]);
+        let tcp: Vec<(&str, &str)> = s[3].fields().collect();
+        assert_eq!(tcp[3], ("MaxConn", "-1"));
+        assert_eq!(number("-1", 1, "x").unwrap(), Value::I64(-1));
+    }
+
+    #[test]
+    fn snmp6_fixture() {
+        let f = snmp6(SNMP6).unwrap();
+        assert_eq!(f.len(), 90);
+        assert_eq!(
+            f[0],
+            Snmp6Field {
+                name: "Ip6InReceives",
+                proto: "Ip6",
+                field: "InReceives",
+                value: Value::U64(1),
+                line: 1
+            }
+        );
+        let udplite = f.iter().find(|f| f.proto == "UdpLite6").unwrap();
+        assert_eq!(udplite.field, "InDatagrams");
+        let icmp = f.iter().find(|f| f.field == "OutType143").unwrap();
+        assert_eq!(icmp.proto, "Icmp6");
+    }
+
+    #[test]
+    fn header_and_values_must_agree() {
+        let e = sections("Tcp: A B C\nTcp: 1 2\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("3 names but 2 values"), "{}", e.msg);
+        let e = sections("Tcp: A B\nTcp: 1 2 3\n").unwrap_err();
+        assert!(e.msg.contains("2 names but 3 values"));
+        let e = sections("Tcp: A B\nUdp: 1 2\n").unwrap_err();
+        assert!(e.msg.contains("follow"));
+        let e = sections("Tcp: A B\nTcp: 1 2\nUdp: A\n").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.msg.contains("no values line"));
+    }
+
+    #[test]
+    fn malformed_pairs() {
+        assert_eq!(sections("").unwrap(), vec![]);
+        assert!(sections("\u{1}garbage here\n%%% not a kernel file %%%\n:::\n").is_err());
+        assert!(
+            sections("Tcp A B\nTcp 1 2\n")
+                .unwrap_err()
+                .msg
+                .contains("':'")
+        );
+        assert!(
+            sections("Tcp:\nTcp:\n")
+                .unwrap_err()
+                .msg
+                .contains("no fields")
+        );
+        let e = sections("Tcp: A B\nTcp: 1 x\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("B: invalid"), "{}", e.msg);
+        let e = sections("Tcp: A\nTcp: 18446744073709551616\n").unwrap_err();
+        assert!(e.msg.contains("A: invalid unsigned"));
+        assert!(sections("Tcp: A\nTcp: -9223372036854775809\n").is_err());
+        let cut = &NETSTAT[..NETSTAT.len() / 2];
+        assert!(sections(cut).is_err());
+        // A column appended to both lines of every pair is still a pair.
+        let extra: String = NETSTAT.lines().map(|l| format!("{l} 7\n")).collect();
+        assert_eq!(sections(&extra).unwrap().len(), 3);
+        // Names become part of metric names: only [A-Za-z0-9_] will do.
+        let e = sections("Tcp: A B-C\nTcp: 1 2\n").unwrap_err();
+        assert_eq!(e.line, 1);
+        assert!(e.msg.contains("B-C"), "{}", e.msg);
+    }
+
+    #[test]
+    fn malformed_snmp6() {
+        assert_eq!(snmp6("").unwrap(), vec![]);
+        assert!(
+            snmp6("Ip6InReceives\n")
+                .unwrap_err()
+                .msg
+                .contains("one value")
+        );
+        assert!(snmp6("Ip6InReceives 1 2\n").is_err());
+        assert!(snmp6("TcpInSegs 1\n").unwrap_err().msg.contains("<Proto>6"));
+        assert!(snmp6("Ip6 1\n").is_err());
+        assert!(snmp6("6In 1\n").is_err());
+        assert!(snmp6("Ip6In-x 1\n").is_err());
+        let e = snmp6("Ip6InReceives 1\nIp6InDelivers 18446744073709551616\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(snmp6("\u{1}garbage here\n%%% not a kernel file %%%\n:::\n").is_err());
+    }
+
+    #[test]
+    fn field_selection() {
+        let re = Regex::new(&format!("(?:{NODE_EXPORTER_FIELDS})|(?:{USESCOPE_FIELDS})")).unwrap();
+        for yes in [
+            "TcpExt_ListenOverflows",
+            "TcpExt_ListenDrops",
+            "TcpExt_TCPTimeouts",
+            "TcpExt_TW",
+            "TcpExt_TWRecycled",
+            "TcpExt_TWKilled",
+            "TcpExt_SyncookiesSent",
+            "Tcp_RetransSegs",
+            "Tcp_CurrEstab",
+            "Udp_InErrors",
+            "Ip_Forwarding",
+            "Ip6_InOctets",
+            "IpExt_OutOctets",
+            "Icmp6_InMsgs",
+            "Udp6_RcvbufErrors",
+        ] {
+            assert!(re.is_match(yes), "{yes}");
+        }
+        for no in [
+            "TcpExt_TCPHPHits",
+            "Tcp_MaxConn",
+            "Ip_InReceives",
+            "MPTcpExt_MPTCPRetrans",
+        ] {
+            assert!(!re.is_match(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn collector_on_fixture() {
+        let mut c = build(&Settings::with_roots(fixture_root(), "/nonexistent"));
+        let out = render(c.as_mut()).unwrap();
+        let samples: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "node_netstat_TcpExt_SyncookiesSent 0",
+                "node_netstat_TcpExt_SyncookiesRecv 0",
+                "node_netstat_TcpExt_SyncookiesFailed 0",
+                "node_netstat_TcpExt_TW 15",
+                "node_netstat_TcpExt_TWRecycled 0",
+                "node_netstat_TcpExt_TWKilled 0",
+                "node_netstat_TcpExt_ListenOverflows 0",
+                "node_netstat_TcpExt_ListenDrops 0",
+                "node_netstat_TcpExt_TCPTimeouts 2",
+                "node_netstat_TcpExt_TCPOFOQueue 0",
+                "node_netstat_TcpExt_TCPSynRetrans 0",
+                "node_netstat_TcpExt_TCPRcvQDrop 0",
+                "node_netstat_IpExt_InOctets 129552492",
+                "node_netstat_IpExt_OutOctets 233054",
+                "node_netstat_Ip_Forwarding 2",
+                "node_netstat_Icmp_InMsgs 1",
+                "node_netstat_Icmp_InErrors 0",
+                "node_netstat_Icmp_OutMsgs 0",
+                "node_netstat_Tcp_ActiveOpens 48",
+                "node_netstat_Tcp_PassiveOpens 5",
+                "node_netstat_Tcp_CurrEstab 0",
+                "node_netstat_Tcp_InSegs 3958",
+                "node_netstat_Tcp_OutSegs 2417",
+                "node_netstat_Tcp_RetransSegs 0",
+                "node_netstat_Tcp_InErrs 0",
+                "node_netstat_Tcp_OutRsts 35",
+                "node_netstat_Udp_InDatagrams 91",
+                "node_netstat_Udp_NoPorts 0",
+                "node_netstat_Udp_InErrors 0",
+                "node_netstat_Udp_OutDatagrams 92",
+                "node_netstat_Udp_RcvbufErrors 0",
+                "node_netstat_Udp_SndbufErrors 0",
+                "node_netstat_UdpLite_InErrors 0",
+                "node_netstat_Ip6_InOctets 128",
+                "node_netstat_Ip6_OutOctets 880",
+                "node_netstat_Icmp6_InMsgs 1",
+                "node_netstat_Icmp6_InErrors 1",
+                "node_netstat_Icmp6_OutMsgs 9",
+                "node_netstat_Udp6_InDatagrams 0",
+                "node_netstat_Udp6_NoPorts 0",
+                "node_netstat_Udp6_InErrors 0",
+                "node_netstat_Udp6_OutDatagrams 0",
+                "node_netstat_Udp6_RcvbufErrors 0",
+                "node_netstat_Udp6_SndbufErrors 0",
+                "node_netstat_UdpLite6_InErrors 0",
+            ]
+        );
+        assert!(out.contains(
+            "# HELP node_netstat_TcpExt_ListenOverflows Statistic TcpExtListenOverflows.\n# TYPE node_netstat_TcpExt_ListenOverflows untyped\nnode_netstat_TcpExt_ListenOverflows 0\n"
+        ));
+        // The cached selections give the same output on the next scrape.
+        assert_eq!(render(c.as_mut()).unwrap(), out);
+    }
+
+    #[test]
+    fn selection_follows_a_changed_header() {
+        let dir = std::env::temp_dir().join(format!("usescope-netstat-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("net")).unwrap();
+        std::fs::write(
+            dir.join("net/netstat"),
+            "TcpExt: TW ListenDrops\nTcpExt: 1 2\n",
+        )
+        .unwrap();
+        let mut c = build(&Settings::with_roots(&dir, "/nonexistent"));
+        let out = render(c.as_mut()).unwrap();
+        let samples: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "node_netstat_TcpExt_TW 1",
+                "node_netstat_TcpExt_ListenDrops 2"
+            ]
+        );
+        std::fs::write(
+            dir.join("net/netstat"),
+            "TcpExt: TCPHPHits ListenDrops TW\nTcpExt: 9 3 4\n",
+        )
+        .unwrap();
+        let out = render(c.as_mut()).unwrap();
+        let samples: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "node_netstat_TcpExt_ListenDrops 3",
+                "node_netstat_TcpExt_TW 4"
+            ]
+        );
+        // A broken file fails the collector with the file and line.
+        std::fs::write(
+            dir.join("net/netstat"),
+            "TcpExt: TW ListenDrops\nTcpExt: 1\n",
+        )
+        .unwrap();
+        let e = render(c.as_mut()).unwrap_err();
+        assert!(e.file.ends_with("net/netstat"));
+        assert_eq!(e.line, Some(2));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn dynamic_descs_are_interned_and_bounded() {
+        let mut d = DynamicDescs::new(Desc::gauge);
+        let a = d
+            .get("TCP", "inuse", 1, || ("a".into(), "h".into()))
+            .unwrap();
+        let b = d
+            .get("TCP", "inuse", 1, || unreachable!("built once"))
+            .unwrap();
+        assert!(std::ptr::eq(a.name, b.name));
+        for i in 1..DynamicDescs::MAX {
+            d.get("P", &i.to_string(), 1, || ("n".into(), "h".into()))
+                .unwrap();
+        }
+        let e = d
+            .get("P", "new", 7, || ("n".into(), "h".into()))
+            .unwrap_err();
+        assert_eq!(e.line, 7);
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            for _ in parse(&s) {}
+            for _ in parse_snmp6(&s) {}
+        }
+
+        #[test]
+        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let s = String::from_utf8_lossy(&b);
+            for _ in parse(&s) {}
+            for _ in parse_snmp6(&s) {}
+        }
+
+        #[test]
+        fn never_panics_on_pair_like_input(s in "([A-Za-z]{1,6}6?[A-Za-z]{0,4}:?( -?[0-9]{1,20}| [A-Za-z]{1,5}){0,5}\n){0,6}") {
+            for _ in parse(&s) {}
+            for _ in parse_snmp6(&s) {}
+        }
+    }
 }

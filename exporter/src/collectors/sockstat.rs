@@ -1,18 +1,337 @@
-//! Placeholder: to be implemented.
+//! /proc/net/sockstat and /proc/net/sockstat6 → `node_sockstat_*` gauges,
+//! named as node_exporter names them: `node_sockstat_sockets_used`, then
+//! `node_sockstat_<PROTO>_<field>` for the fields `inuse`, `orphan`, `tw`,
+//! `alloc`, `mem` and `memory`, plus `<PROTO>_mem_bytes` (`mem` is in
+//! pages) wherever `mem` is present.
+//!
+//! `TCP_tw` is the TIME_WAIT count behind the short-connection cases in
+//! SIGNALS.md. A missing file (sockstat6 without IPv6) is skipped.
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::error::CollectError;
-use crate::exposition::Encoder;
+use crate::collectors::netstat::DynamicDescs;
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder};
+use crate::parse::i64_field;
+use crate::source::{Read, SourceFile};
 
-struct Todo;
+const SOCKETS_USED: Desc = Desc::gauge(
+    "node_sockstat_sockets_used",
+    "Number of IPv4 sockets in use.",
+);
 
-impl Collector for Todo {
-    fn collect(&mut self, _enc: &mut Encoder) -> Result<(), CollectError> {
+/// The per-protocol fields node_exporter exports; others are ignored, as
+/// there (procfs parses only these).
+const FIELDS: [&str; 6] = ["inuse", "orphan", "tw", "alloc", "mem", "memory"];
+
+/// One line, `TCP: inuse 1 orphan 0 tw 3 alloc 1 mem 166`, checked: a
+/// protocol, then an even number of tokens whose values are integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Line<'a> {
+    pub proto: &'a str,
+    pairs: &'a str,
+    pub line: usize,
+}
+
+impl<'a> Line<'a> {
+    /// `(key, value token)` pairs in file order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
+        let mut toks = self.pairs.split_whitespace();
+        std::iter::from_fn(move || Some((toks.next()?, toks.next()?)))
+    }
+}
+
+/// Parses a sockstat file into checked lines.
+pub fn parse(s: &str) -> impl Iterator<Item = Result<Line<'_>, ParseError>> {
+    s.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| line(l, i + 1))
+}
+
+fn line(text: &str, lineno: usize) -> Result<Line<'_>, ParseError> {
+    let (proto, pairs) = text
+        .split_once(':')
+        .ok_or_else(|| ParseError::new(lineno, "missing ':' after the protocol name"))?;
+    if proto.is_empty() || !proto.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ParseError::new(
+            lineno,
+            format!("invalid protocol name {proto:?}"),
+        ));
+    }
+    let n = pairs.split_whitespace().count();
+    if n == 0 || n % 2 != 0 {
+        return Err(ParseError::new(
+            lineno,
+            format!("{proto}: {n} tokens, expected key/value pairs"),
+        ));
+    }
+    let l = Line {
+        proto,
+        pairs,
+        line: lineno,
+    };
+    for (key, tok) in l.pairs() {
+        if !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+            return Err(ParseError::new(
+                lineno,
+                format!("{proto}: invalid key {key:?}"),
+            ));
+        }
+        i64_field(tok, lineno, key)?;
+    }
+    Ok(l)
+}
+
+pub struct SockStatCollector {
+    v4: SourceFile,
+    v6: SourceFile,
+    page_size: i64,
+    descs: DynamicDescs,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    Box::new(collector(s, page_size()))
+}
+
+fn collector(s: &Settings, page_size: i64) -> SockStatCollector {
+    SockStatCollector {
+        v4: SourceFile::new(&s.procfs, "net/sockstat"),
+        v6: SourceFile::new(&s.procfs, "net/sockstat6"),
+        page_size,
+        descs: DynamicDescs::new(Desc::gauge),
+    }
+}
+
+/// The size of the pages `mem` is counted in, as node_exporter takes it
+/// (os.Getpagesize).
+fn page_size() -> i64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n } else { 4096 }
+}
+
+/// Writes one file's families; `v4` says whether `sockets: used` counts.
+fn emit(
+    text: &str,
+    v4: bool,
+    page_size: i64,
+    descs: &mut DynamicDescs,
+    enc: &mut Encoder,
+) -> Result<(), ParseError> {
+    for l in parse(text) {
+        let l = l?;
+        if l.proto == "sockets" {
+            for (key, tok) in l.pairs() {
+                if v4 && key == "used" {
+                    enc.family(&SOCKETS_USED);
+                    enc.sample(&SOCKETS_USED, &[], i64_field(tok, l.line, key)?);
+                }
+            }
+            continue;
+        }
+        let mut mem = None;
+        for (key, tok) in l.pairs() {
+            if !FIELDS.contains(&key) {
+                continue;
+            }
+            let v = i64_field(tok, l.line, key)?;
+            if key == "mem" {
+                mem = Some(v);
+            }
+            gauge(descs, enc, &l, key, v)?;
+        }
+        if let Some(pages) = mem {
+            let bytes = pages.checked_mul(page_size).ok_or_else(|| {
+                ParseError::new(
+                    l.line,
+                    format!("{}: mem {pages} pages overflows bytes", l.proto),
+                )
+            })?;
+            gauge(descs, enc, &l, "mem_bytes", bytes)?;
+        }
+    }
+    Ok(())
+}
+
+fn gauge(
+    descs: &mut DynamicDescs,
+    enc: &mut Encoder,
+    l: &Line,
+    field: &str,
+    v: i64,
+) -> Result<(), ParseError> {
+    let desc = descs.get(l.proto, field, l.line, || {
+        (
+            format!("node_sockstat_{}_{field}", l.proto),
+            format!("Number of {} sockets in state {field}.", l.proto),
+        )
+    })?;
+    enc.family(&desc);
+    enc.sample(&desc, &[], v);
+    Ok(())
+}
+
+impl Collector for SockStatCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        for (file, v4) in [(&mut self.v4, true), (&mut self.v6, false)] {
+            if let Read::Text(t) = file.read()? {
+                let r = emit(t, v4, self.page_size, &mut self.descs, enc);
+                r.map_err(|e| CollectError::from_parse(file.path(), e))?;
+            }
+        }
         Ok(())
     }
 }
 
-pub fn build(_s: &Settings) -> Box<dyn Collector> {
-    Box::new(Todo)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+    use proptest::prelude::*;
+    use std::path::Path;
+
+    const SOCKSTAT: &str = include_str!("../../tests/fixtures/proc/net/sockstat");
+    const SOCKSTAT6: &str = include_str!("../../tests/fixtures/proc/net/sockstat6");
+
+    fn lines(s: &str) -> Result<Vec<Line<'_>>, ParseError> {
+        parse(s).collect()
+    }
+
+    #[test]
+    fn fixtures() {
+        let l = lines(SOCKSTAT).unwrap();
+        let protos: Vec<&str> = l.iter().map(|l| l.proto).collect();
+        assert_eq!(protos, ["sockets", "TCP", "UDP", "UDPLITE", "RAW", "FRAG"]);
+        let tcp: Vec<_> = l[1].pairs().collect();
+        assert_eq!(
+            tcp,
+            [
+                ("inuse", "1"),
+                ("orphan", "0"),
+                ("tw", "3"),
+                ("alloc", "1"),
+                ("mem", "166")
+            ]
+        );
+        let l6 = lines(SOCKSTAT6).unwrap();
+        assert_eq!(l6.len(), 5);
+        assert_eq!(
+            l6[4].pairs().collect::<Vec<_>>(),
+            [("inuse", "0"), ("memory", "0")]
+        );
+    }
+
+    #[test]
+    fn malformed() {
+        assert_eq!(lines("").unwrap(), vec![]);
+        assert!(lines("\u{1}garbage here\n%%% not a kernel file %%%\n:::\n").is_err());
+        let e = lines("sockets: used 8\nTCP: inuse 1 orphan\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("3 tokens"), "{}", e.msg);
+        assert!(lines("TCP:\n").unwrap_err().msg.contains("0 tokens"));
+        assert!(lines("TCP inuse 1\n").unwrap_err().msg.contains("':'"));
+        assert!(lines("TCP: inuse x\n").unwrap_err().msg.contains("inuse"));
+        assert!(
+            lines("TCP: 1 inuse\n")
+                .unwrap_err()
+                .msg
+                .contains("invalid key")
+        );
+        assert!(lines("TCP: inuse 9223372036854775808\n").is_err());
+        assert!(lines("TCP: inuse 99999999999999999999999\n").is_err());
+        let extra: String = SOCKSTAT.lines().map(|l| format!("{l} 7\n")).collect();
+        assert!(lines(&extra).is_err());
+        let cut = &SOCKSTAT[..SOCKSTAT.len() / 2];
+        assert!(lines(cut).is_err());
+    }
+
+    fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
+        let mut buf = Vec::new();
+        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
+        c.collect(&mut enc)?;
+        Ok(String::from_utf8(buf).unwrap())
+    }
+
+    #[test]
+    fn collector_on_fixture() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
+        let mut c = collector(&Settings::with_roots(root, "/nonexistent"), 4096);
+        let out = render(&mut c).unwrap();
+        let samples: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "node_sockstat_sockets_used 8",
+                "node_sockstat_TCP_inuse 1",
+                "node_sockstat_TCP_orphan 0",
+                "node_sockstat_TCP_tw 3",
+                "node_sockstat_TCP_alloc 1",
+                "node_sockstat_TCP_mem 166",
+                "node_sockstat_TCP_mem_bytes 679936",
+                "node_sockstat_UDP_inuse 0",
+                "node_sockstat_UDP_mem 0",
+                "node_sockstat_UDP_mem_bytes 0",
+                "node_sockstat_UDPLITE_inuse 0",
+                "node_sockstat_RAW_inuse 0",
+                "node_sockstat_FRAG_inuse 0",
+                "node_sockstat_FRAG_memory 0",
+                "node_sockstat_TCP6_inuse 0",
+                "node_sockstat_UDP6_inuse 0",
+                "node_sockstat_UDPLITE6_inuse 0",
+                "node_sockstat_RAW6_inuse 0",
+                "node_sockstat_FRAG6_inuse 0",
+                "node_sockstat_FRAG6_memory 0",
+            ]
+        );
+        assert!(out.starts_with(
+            "# HELP node_sockstat_sockets_used Number of IPv4 sockets in use.\n# TYPE node_sockstat_sockets_used gauge\nnode_sockstat_sockets_used 8\n"
+        ));
+        assert!(out.contains(
+            "# HELP node_sockstat_TCP_tw Number of TCP sockets in state tw.\n# TYPE node_sockstat_TCP_tw gauge\nnode_sockstat_TCP_tw 3\n"
+        ));
+        assert!(out.contains(
+            "# HELP node_sockstat_TCP_mem_bytes Number of TCP sockets in state mem_bytes.\n"
+        ));
+        assert_eq!(render(&mut c).unwrap(), out);
+    }
+
+    #[test]
+    fn without_ipv6_and_with_unknown_keys() {
+        let dir = std::env::temp_dir().join(format!("usescope-sockstat-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("net")).unwrap();
+        std::fs::write(
+            dir.join("net/sockstat"),
+            "sockets: used 3\nTCP: inuse 2 orphan 0 tw 32768 alloc 2 mem 1 newkey 5\n",
+        )
+        .unwrap();
+        let mut c = collector(&Settings::with_roots(&dir, "/nonexistent"), 65536);
+        let out = render(&mut c).unwrap();
+        assert!(out.contains("node_sockstat_TCP_tw 32768\n"));
+        assert!(out.contains("node_sockstat_TCP_mem_bytes 65536\n"));
+        assert!(!out.contains("newkey"));
+        assert!(!out.contains("TCP6"));
+        std::fs::write(
+            dir.join("net/sockstat"),
+            "TCP: inuse 2 mem 9223372036854775807\n",
+        )
+        .unwrap();
+        let e = render(&mut c).unwrap_err();
+        assert!(e.cause.contains("overflows"));
+        assert_eq!(e.line, Some(1));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            for _ in parse(&s) {}
+        }
+
+        #[test]
+        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+            for _ in parse(&String::from_utf8_lossy(&b)) {}
+        }
+    }
 }
