@@ -1,0 +1,545 @@
+//! The eBPF probes on the real kernel, observed through real scrapes.
+//!
+//! Every test needs root (skips otherwise; fails under
+//! USESCOPE_REQUIRE_BPF=1). The tests measure host-wide kernel counters,
+//! so they take one lock and run one at a time.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use common::{Daemon, bpf_required, can_run_bpf, sample, sum_of};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Only the probe collectors and their status: quicker scrapes, less noise.
+const ARGS: &[&str] = &["--collector.disable-defaults", "--collector.loadavg"];
+
+/// Whether `probe` is up. Down fails the test under USESCOPE_REQUIRE_BPF=1
+/// (a probe that silently reports 0 must not pass CI), else it skips.
+fn probe_up(d: &Daemon, expo: &str, probe: &str) -> bool {
+    let up = sample(expo, &format!("usescope_probe_up{{probe=\"{probe}\"}}"));
+    if up == Some(1.0) {
+        return true;
+    }
+    let log = d.log().join("\n");
+    if bpf_required() {
+        panic!("probe {probe} is not up ({up:?}) and USESCOPE_REQUIRE_BPF=1; log:\n{log}");
+    }
+    eprintln!("SKIPPED: probe {probe} is not up ({up:?}); log:\n{log}");
+    false
+}
+
+fn drops(expo: &str, reason: &str) -> f64 {
+    sample(
+        expo,
+        &format!("usescope_skb_drops_total{{reason=\"{reason}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+/// Sends `n` UDP datagrams to a port on 127.0.0.1 that nothing listens on.
+fn udp_to_closed_port(n: usize) {
+    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = closed.local_addr().unwrap();
+    drop(closed);
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..n {
+        // ECONNREFUSED from an earlier ICMP error is expected; ignore it.
+        let _ = s.send_to(b"usescope", target);
+    }
+    // Let softirq processing finish before the next scrape.
+    std::thread::sleep(Duration::from_millis(100));
+}
+
+#[test]
+fn drops_count_udp_to_closed_port_as_no_socket() {
+    if !can_run_bpf("drops_count_udp_to_closed_port_as_no_socket") {
+        return;
+    }
+    let _g = serial();
+    let d = Daemon::start(ARGS);
+    let before = d.scrape();
+    if !probe_up(&d, &before, "drops") {
+        return;
+    }
+    udp_to_closed_port(200);
+    let after = d.scrape();
+    let delta = drops(&after, "NO_SOCKET") - drops(&before, "NO_SOCKET");
+    eprintln!("drops: NO_SOCKET rose by {delta} for 200 datagrams");
+    assert!(
+        (200.0..=220.0).contains(&delta),
+        "NO_SOCKET rose by {delta}, want 200..=220"
+    );
+    assert_eq!(
+        sample(
+            &after,
+            "usescope_probe_info{mode=\"tp_btf\",probe=\"drops\"}"
+        ),
+        Some(1.0)
+    );
+    assert!(d.stop().success());
+}
+
+/// A directory on a disk filesystem: the page cache does not apply to
+/// tmpfs files the way it does to disk files.
+fn disk_dir() -> PathBuf {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let tmp = std::env::temp_dir();
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let c = std::ffi::CString::new(tmp.to_str().unwrap()).unwrap();
+    // SAFETY: valid path and out-pointer.
+    let ok = unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0;
+    let base = if ok && st.f_type as i64 != TMPFS_MAGIC {
+        tmp
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    };
+    let dir = base.join(format!("usescope-cachestat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read_all(path: &Path) -> u64 {
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            return total;
+        }
+        total += n as u64;
+    }
+}
+
+fn cache(expo: &str) -> (f64, f64) {
+    (
+        sample(expo, "usescope_page_cache_accesses_total").unwrap(),
+        sample(expo, "usescope_page_cache_misses_total").unwrap(),
+    )
+}
+
+#[test]
+fn cachestat_cold_then_warm_read() {
+    if !can_run_bpf("cachestat_cold_then_warm_read") {
+        return;
+    }
+    let _g = serial();
+    const SIZE: usize = 64 << 20;
+    let pages = (SIZE / 4096) as f64;
+    let dir = disk_dir();
+    let path = dir.join("cold.bin");
+    {
+        let f = std::fs::File::create(&path).unwrap();
+        let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+        for i in 0..SIZE / chunk.len() {
+            f.write_all_at(&chunk, (i * chunk.len()) as u64).unwrap();
+        }
+        f.sync_all().unwrap();
+        // SAFETY: valid fd; evicts the (clean) pages from the page cache.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0);
+    }
+    let d = Daemon::start(ARGS);
+    let s0 = d.scrape();
+    if !probe_up(&d, &s0, "cachestat") {
+        return;
+    }
+    assert_eq!(read_all(&path), SIZE as u64);
+    let s1 = d.scrape();
+    assert_eq!(read_all(&path), SIZE as u64);
+    let s2 = d.scrape();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let ((a0, m0), (a1, m1), (a2, m2)) = (cache(&s0), cache(&s1), cache(&s2));
+    let cold_misses = m1 - m0;
+    assert!(
+        (cold_misses - pages).abs() <= pages * 0.10,
+        "cold read of {pages} pages: misses rose by {cold_misses}"
+    );
+    let cold_accesses = a1 - a0;
+    assert!(
+        (cold_accesses - pages).abs() <= pages * 0.10,
+        "cold read of {pages} pages: accesses rose by {cold_accesses}"
+    );
+    let (warm_accesses, warm_misses) = (a2 - a1, m2 - m1);
+    assert!(
+        warm_accesses >= pages * 0.9,
+        "warm accesses {warm_accesses}"
+    );
+    let hit_ratio = 1.0 - warm_misses / warm_accesses;
+    eprintln!(
+        "cachestat: {pages} pages; cold: accesses {cold_accesses} misses {cold_misses}; \
+         warm: accesses {warm_accesses} misses {warm_misses} hit ratio {hit_ratio}"
+    );
+    assert!(
+        hit_ratio >= 0.95,
+        "warm hit ratio {hit_ratio} (accesses {warm_accesses}, misses {warm_misses})"
+    );
+    assert!(d.stop().success());
+}
+
+/// Voluntary context switches of one thread (each is later followed by a
+/// wakeup and a switch-in).
+fn voluntary_switches(tid: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// Takes every turn of `parity` (0 or 1) until `2 * n` turns are done.
+fn play(pair: &(Mutex<u32>, Condvar), parity: u32, n: u32) {
+    let (m, cv) = pair;
+    let mut turn = m.lock().unwrap();
+    loop {
+        while *turn % 2 != parity && *turn < 2 * n {
+            turn = cv.wait(turn).unwrap();
+        }
+        if *turn >= 2 * n {
+            return;
+        }
+        *turn += 1;
+        cv.notify_one();
+    }
+}
+
+/// Two threads hand a token back and forth `n` times through a condvar.
+/// Returns how often they blocked: each block is one wakeup to measure.
+fn ping_pong(n: u32) -> u64 {
+    let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
+    let p2 = pair.clone();
+    let peer = std::thread::spawn(move || {
+        let before = voluntary_switches(gettid());
+        play(&p2, 1, n);
+        voluntary_switches(gettid()) - before
+    });
+    let before = voluntary_switches(gettid());
+    play(&pair, 0, n);
+    let mine = voluntary_switches(gettid()) - before;
+    mine + peer.join().unwrap()
+}
+
+/// (le, cumulative) buckets, sum and count of the unlabelled histogram.
+fn histogram(expo: &str) -> (Vec<(f64, f64)>, f64, f64) {
+    let buckets = expo
+        .lines()
+        .filter_map(|l| l.strip_prefix("usescope_runqueue_latency_seconds_bucket{le=\""))
+        .map(|rest| {
+            let (le, v) = rest.split_once("\"} ").unwrap();
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap()
+            };
+            (le, v.parse().unwrap())
+        })
+        .collect();
+    let sum = sample(expo, "usescope_runqueue_latency_seconds_sum").unwrap();
+    let count = sample(expo, "usescope_runqueue_latency_seconds_count").unwrap();
+    (buckets, sum, count)
+}
+
+fn assert_histogram_sane(expo: &str) {
+    let (buckets, sum, count) = histogram(expo);
+    assert_eq!(buckets.len(), 26, "25 finite buckets and +Inf");
+    assert_eq!(buckets[0].0, 1e-6);
+    assert_eq!(buckets[24].0, 16.777216);
+    for w in buckets.windows(2) {
+        assert!(w[0].0 < w[1].0, "le ascending");
+        assert!(w[0].1 <= w[1].1, "cumulative counts: {w:?}");
+    }
+    assert_eq!(buckets[25], (f64::INFINITY, count));
+    assert!(sum >= 0.0);
+    // Every sample is <= 16.8 s or counted in +Inf only; the sum cannot
+    // exceed count * the largest le plus the overflow samples' share.
+    let finite = buckets[24].1;
+    if finite == count && count > 0.0 {
+        assert!(sum <= count * 16.777216, "sum {sum} count {count}");
+    }
+}
+
+#[test]
+fn runqlat_counts_every_wakeup_of_a_ping_pong() {
+    if !can_run_bpf("runqlat_counts_every_wakeup_of_a_ping_pong") {
+        return;
+    }
+    let _g = serial();
+    let d = Daemon::start(ARGS);
+    let before = d.scrape();
+    if !probe_up(&d, &before, "runqlat") {
+        return;
+    }
+    let wakeups = ping_pong(5000);
+    let after = d.scrape();
+    assert_histogram_sane(&before);
+    assert_histogram_sane(&after);
+    let (_, sum0, count0) = histogram(&before);
+    let (_, sum1, count1) = histogram(&after);
+    assert!(
+        wakeups >= 1000,
+        "the ping-pong blocked only {wakeups} times"
+    );
+    assert!(
+        count1 - count0 >= wakeups as f64,
+        "_count rose by {} for {wakeups} wakeups",
+        count1 - count0
+    );
+    let mean = (sum1 - sum0) / (count1 - count0);
+    eprintln!(
+        "runqlat: {wakeups} wakeups, _count +{}, mean latency {mean} s",
+        count1 - count0
+    );
+    assert!(mean > 0.0 && mean < 1.0, "mean run-queue latency {mean} s");
+    assert!(d.stop().success());
+}
+
+#[test]
+fn runqlat_tiny_start_map_skips_instead_of_corrupting() {
+    if !can_run_bpf("runqlat_tiny_start_map_skips_instead_of_corrupting") {
+        return;
+    }
+    let _g = serial();
+    let mut args = ARGS.to_vec();
+    args.push("--probe.runqlat.max-tasks=2");
+    let d = Daemon::start(&args);
+    let before = d.scrape();
+    if !probe_up(&d, &before, "runqlat") {
+        return;
+    }
+    // Many runnable threads at once overflow a 2-entry start map.
+    let threads: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(|| ping_pong(300)))
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let after = d.scrape();
+    assert_histogram_sane(&after);
+    let missed = |e: &str| sample(e, "usescope_runqueue_latency_missed_total").unwrap();
+    assert!(
+        missed(&after) > missed(&before),
+        "evictions are counted as missed"
+    );
+    assert!(d.stop().success());
+}
+
+/// BPF program ids held by a process, from its fds' fdinfo.
+fn prog_ids_of(pid: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
+        let Ok(text) = std::fs::read_to_string(e.unwrap().path()) else {
+            continue;
+        };
+        ids.extend(
+            text.lines()
+                .filter_map(|l| l.strip_prefix("prog_id:"))
+                .filter_map(|v| v.trim().parse::<u32>().ok()),
+        );
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// (id, name) of every BPF program loaded on the host.
+fn loaded_programs() -> Vec<(u32, String)> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| (p.id(), p.name_as_str().unwrap_or("").to_string()))
+        .collect()
+}
+
+#[test]
+fn sigterm_detaches_every_program() {
+    if !can_run_bpf("sigterm_detaches_every_program") {
+        return;
+    }
+    let _g = serial();
+    let d = Daemon::start(ARGS);
+    let expo = d.scrape();
+    for p in ["runqlat", "cachestat", "drops"] {
+        if !probe_up(&d, &expo, p) {
+            return;
+        }
+    }
+    let ours = prog_ids_of(d.child.id());
+    assert_eq!(
+        ours.len(),
+        7,
+        "3 runqlat + 3 cachestat + 1 drops programs: {ours:?}"
+    );
+    let names: Vec<(u32, String)> = loaded_programs()
+        .into_iter()
+        .filter(|(id, _)| ours.contains(id))
+        .collect();
+    assert_eq!(names.len(), ours.len());
+    assert!(names.iter().all(|(_, n)| n.starts_with("us_")), "{names:?}");
+    let status = d.stop();
+    assert!(status.success(), "exit status {status:?}");
+    let left: Vec<_> = loaded_programs()
+        .into_iter()
+        .filter(|(id, _)| ours.contains(id))
+        .collect();
+    assert!(left.is_empty(), "programs survived shutdown: {left:?}");
+}
+
+#[test]
+fn second_instance_does_not_disturb_the_first() {
+    if !can_run_bpf("second_instance_does_not_disturb_the_first") {
+        return;
+    }
+    let _g = serial();
+    let first = Daemon::start(ARGS);
+    let mut args = ARGS.to_vec();
+    args.extend(["--probe.drops.protocol-label", "--probe.runqlat.per-cpu"]);
+    let second = Daemon::start(&args);
+    let (e1, e2) = (first.scrape(), second.scrape());
+    if !probe_up(&first, &e1, "drops") || !probe_up(&second, &e2, "drops") {
+        return;
+    }
+    // The second instance's options: protocol label and per-CPU histograms.
+    udp_to_closed_port(50);
+    let e2 = second.scrape();
+    let v4 = sample(
+        &e2,
+        "usescope_skb_drops_total{protocol=\"ipv4\",reason=\"NO_SOCKET\"}",
+    );
+    assert!(v4.unwrap_or(0.0) >= 50.0, "protocol label: {v4:?}");
+    assert!(e2.contains("usescope_runqueue_latency_seconds_count{cpu=\"0\"}"));
+    assert!(e2.contains("usescope_runqueue_latency_seconds_count{cpu=\"1\"}"));
+    assert!(second.stop().success());
+
+    let before = drops(&first.scrape(), "NO_SOCKET");
+    udp_to_closed_port(200);
+    let after = drops(&first.scrape(), "NO_SOCKET");
+    assert!(
+        after - before >= 200.0,
+        "first instance after the second stopped: {before} → {after}"
+    );
+    assert!(first.stop().success());
+}
+
+/// Runs usescope as uid/gid 65534 with no capabilities, returning the child
+/// and its address once it listens, plus its log lines so far.
+fn start_unprivileged() -> (Child, SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let mut child = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(common::bin())
+        .arg("--web.listen-address=127.0.0.1:0")
+        .args(ARGS)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv (util-linux) is needed for the unprivileged test");
+    let stderr = child.stderr.take().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(a) = line
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix("address="))
+                .filter(|_| line.contains("usescope listening"))
+            {
+                let _ = tx.send(a.trim_matches('"').to_string());
+            }
+            sink.lock().unwrap().push(line);
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!(
+                "unprivileged usescope did not start: {:?}",
+                log.lock().unwrap()
+            )
+        })
+        .parse()
+        .unwrap();
+    (child, addr, log)
+}
+
+#[test]
+fn without_privileges_probes_are_down_and_proc_metrics_stay() {
+    if !can_run_bpf("without_privileges_probes_are_down_and_proc_metrics_stay") {
+        return;
+    }
+    let _g = serial();
+    let (mut child, addr, log) = start_unprivileged();
+    let r = common::http_get(addr, "/metrics", &[]);
+    assert_eq!(r.status, 200);
+    let expo = r.text();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+
+    assert!(
+        sample(&expo, "node_load1").is_some(),
+        "/proc metrics still served"
+    );
+    for p in ["runqlat", "cachestat", "drops"] {
+        assert_eq!(
+            sample(&expo, &format!("usescope_probe_up{{probe=\"{p}\"}}")),
+            Some(0.0),
+            "{p}"
+        );
+        assert_eq!(
+            sample(
+                &expo,
+                &format!("usescope_probe_info{{mode=\"none\",probe=\"{p}\"}}")
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &expo,
+                &format!("node_scrape_collector_success{{collector=\"probe_{p}\"}}")
+            ),
+            None,
+            "a probe that did not load registers no collector"
+        );
+    }
+    assert_eq!(sum_of(&expo, "usescope_skb_drops_total"), 0.0);
+    let log = log.lock().unwrap();
+    for p in ["runqlat", "cachestat", "drops"] {
+        let warnings: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains("level=warn") && l.contains(&format!("probe={p}")))
+            .collect();
+        assert_eq!(warnings.len(), 1, "one warning for {p}: {log:?}");
+        assert!(
+            warnings[0].contains("permission denied"),
+            "the warning names the cause: {}",
+            warnings[0]
+        );
+    }
+}
