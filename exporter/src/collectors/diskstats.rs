@@ -1,20 +1,799 @@
-//! Placeholder: to be implemented.
+//! /proc/diskstats → the `node_disk_*` families, with node_exporter 1.9's
+//! names, types and units: sectors × 512 → bytes, milliseconds → seconds.
+//!
+//! A line is `major minor name` and then 11, 15 or 17 counters: kernels
+//! 4.18 added four discard counters and 5.5 two flush counters. Families a
+//! line has no column for are not emitted for that device. Columns past the
+//! 17th are ignored, as newer kernels may append more.
+//!
+//! `io_time_seconds_total` is the disk's busy time (its rate is the
+//! utilisation of the USE method); `io_time_weighted_seconds_total` grows
+//! with queue depth × time (its rate is the average queue size, i.e.
+//! saturation).
+//!
+//! Devices matching `--collector.diskstats.device-exclude` (partitions,
+//! loop and ram devices by default) are skipped. The decision is made once
+//! per device name and cached with the device, together with the
+//! `node_disk_info` labels read from sysfs, so neither the regex nor sysfs
+//! is touched on the scrape path for known devices.
+
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::error::CollectError;
-use crate::exposition::Encoder;
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder, Value, u64_label};
+use crate::parse::{next_field, u64_field};
+use crate::source::{Read, SourceFile};
 
 pub const DEFAULT_DEVICE_EXCLUDE: &str = "^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\\d+n\\d+p)\\d+$";
 
-struct Todo;
+/// Counters after `major minor name` on the widest line usescope reads.
+pub const STATS: usize = 17;
 
-impl Collector for Todo {
-    fn collect(&mut self, _enc: &mut Encoder) -> Result<(), CollectError> {
+/// node_exporter's `secondsPerTick`; multiplying (not dividing) gives the
+/// very same float.
+const SECONDS_PER_MS: f64 = 1.0 / 1000.0;
+/// diskstats counts standard 512-byte UNIX sectors whatever the device's
+/// own block size (Documentation/block/stat.rst).
+const SECTOR_BYTES: f64 = 512.0;
+
+const INFO: Desc = Desc::gauge("node_disk_info", "Info of /sys/block/<block_device>.");
+
+/// How a counter column becomes a sample value.
+#[derive(Clone, Copy)]
+enum Unit {
+    /// Exported as is.
+    Count,
+    /// Sectors, exported as bytes.
+    Sectors,
+    /// Milliseconds, exported as seconds.
+    Millis,
+}
+
+/// One family per counter column, in column order.
+const FAMILIES: [(Desc, Unit); STATS] = [
+    (
+        Desc::counter(
+            "node_disk_reads_completed_total",
+            "The total number of reads completed successfully.",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_reads_merged_total",
+            "The total number of reads merged.",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_read_bytes_total",
+            "The total number of bytes read successfully.",
+        ),
+        Unit::Sectors,
+    ),
+    (
+        Desc::counter(
+            "node_disk_read_time_seconds_total",
+            "The total number of seconds spent by all reads.",
+        ),
+        Unit::Millis,
+    ),
+    (
+        Desc::counter(
+            "node_disk_writes_completed_total",
+            "The total number of writes completed successfully.",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_writes_merged_total",
+            "The number of writes merged.",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_written_bytes_total",
+            "The total number of bytes written successfully.",
+        ),
+        Unit::Sectors,
+    ),
+    (
+        Desc::counter(
+            "node_disk_write_time_seconds_total",
+            "This is the total number of seconds spent by all writes.",
+        ),
+        Unit::Millis,
+    ),
+    (
+        Desc::gauge(
+            "node_disk_io_now",
+            "The number of I/Os currently in progress.",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_io_time_seconds_total",
+            "Total seconds spent doing I/Os.",
+        ),
+        Unit::Millis,
+    ),
+    (
+        Desc::counter(
+            "node_disk_io_time_weighted_seconds_total",
+            "The weighted # of seconds spent doing I/Os.",
+        ),
+        Unit::Millis,
+    ),
+    (
+        Desc::counter(
+            "node_disk_discards_completed_total",
+            "The total number of discards completed successfully.",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_discards_merged_total",
+            "The total number of discards merged.",
+        ),
+        Unit::Count,
+    ),
+    // node_exporter exports this one in sectors, not bytes.
+    (
+        Desc::counter(
+            "node_disk_discarded_sectors_total",
+            "The total number of sectors discarded successfully.",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_discard_time_seconds_total",
+            "This is the total number of seconds spent by all discards.",
+        ),
+        Unit::Millis,
+    ),
+    (
+        Desc::counter(
+            "node_disk_flush_requests_total",
+            "The total number of flush requests completed successfully",
+        ),
+        Unit::Count,
+    ),
+    (
+        Desc::counter(
+            "node_disk_flush_requests_time_seconds_total",
+            "This is the total number of seconds spent by all flush requests.",
+        ),
+        Unit::Millis,
+    ),
+];
+
+impl Unit {
+    fn value(self, raw: u64) -> Value {
+        match self {
+            Unit::Count => Value::U64(raw),
+            Unit::Sectors => Value::F64(raw as f64 * SECTOR_BYTES),
+            Unit::Millis => Value::F64(raw as f64 * SECONDS_PER_MS),
+        }
+    }
+}
+
+/// One /proc/diskstats line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disk<'a> {
+    pub major: u64,
+    pub minor: u64,
+    pub name: &'a str,
+    /// The counters in column order; only the first `count` are valid.
+    pub stats: [u64; STATS],
+    /// 11, 15 or 17, depending on the kernel.
+    pub count: usize,
+}
+
+/// Parses /proc/diskstats line by line. An empty file (no block devices)
+/// is valid.
+pub fn parse(s: &str) -> impl Iterator<Item = Result<Disk<'_>, ParseError>> {
+    s.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| parse_line(l, i + 1))
+}
+
+fn parse_line(line: &str, lineno: usize) -> Result<Disk<'_>, ParseError> {
+    let mut f = line.split_whitespace();
+    let major = u64_field(next_field(&mut f, lineno, "major")?, lineno, "major")?;
+    let minor = u64_field(next_field(&mut f, lineno, "minor")?, lineno, "minor")?;
+    let name = next_field(&mut f, lineno, "device name")?;
+    let mut stats = [0u64; STATS];
+    let mut count = 0;
+    for (i, tok) in f.enumerate() {
+        if let Some(slot) = stats.get_mut(i) {
+            *slot = u64_field(tok, lineno, FAMILIES[i].0.name)?;
+        }
+        count = i + 1;
+    }
+    match count {
+        11 | 15 => {}
+        n if n >= STATS => count = STATS,
+        n => {
+            return Err(ParseError::new(
+                lineno,
+                format!("{name}: {n} counters; kernels print 11, 15 or 17"),
+            ));
+        }
+    }
+    Ok(Disk {
+        major,
+        minor,
+        name,
+        stats,
+        count,
+    })
+}
+
+/// `node_disk_info` labels besides device, major and minor, read from
+/// sysfs. node_exporter takes most of these from udev's database; sysfs
+/// holds the same strings for NVMe (model, serial, firmware, wwid) and
+/// virtio (serial), and `path` exists only in udev, so it stays empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Info {
+    path: String,
+    wwn: String,
+    model: String,
+    serial: String,
+    revision: String,
+    rotational: String,
+}
+
+impl Info {
+    fn read(sysfs: &Path, device: &str) -> Info {
+        // sysfs spells '/' in block device names (cciss/c0d0) as '!'.
+        let dir_name = device.replace('/', "!");
+        if dir_name == "." || dir_name == ".." {
+            return Info::default();
+        }
+        let dir = sysfs.join("block").join(dir_name);
+        let attr = |rel: &str| read_attr(&dir.join(rel));
+        Info {
+            path: String::new(),
+            wwn: attr("wwid").unwrap_or_default(),
+            model: attr("device/model").unwrap_or_default(),
+            serial: attr("device/serial")
+                .or_else(|| attr("serial"))
+                .unwrap_or_default(),
+            revision: attr("device/firmware_rev")
+                .or_else(|| attr("device/rev"))
+                .unwrap_or_default(),
+            // node_exporter reports 0 when the queue attributes are missing.
+            rotational: attr("queue/rotational").unwrap_or_else(|| "0".to_string()),
+        }
+    }
+}
+
+/// A small sysfs attribute, trimmed; `None` if absent, unreadable or empty.
+fn read_attr(path: &Path) -> Option<String> {
+    let mut s = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut s)
+        .ok()?;
+    let t = s.trim();
+    (!t.is_empty()).then(|| t.to_string())
+}
+
+/// What is remembered about a device between scrapes.
+struct Device {
+    name: String,
+    major: u64,
+    minor: u64,
+    excluded: bool,
+    info: Info,
+    /// The scrape that last saw the device, for forgetting removed ones.
+    seen: u64,
+}
+
+/// A device's counters in this scrape; `device` indexes
+/// [`DiskStatsCollector::devices`].
+struct Row {
+    device: usize,
+    stats: [u64; STATS],
+    count: usize,
+}
+
+pub struct DiskStatsCollector {
+    file: SourceFile,
+    sysfs: PathBuf,
+    /// The compiled exclude pattern, or why it does not compile.
+    exclude: Result<Regex, String>,
+    devices: Vec<Device>,
+    by_name: HashMap<String, usize>,
+    scrape: u64,
+    rows: Vec<Row>,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    let pattern = &s.diskstats_device_exclude;
+    let exclude = Regex::new(pattern).map_err(|e| {
+        format!("invalid --collector.diskstats.device-exclude regex {pattern:?}: {e}")
+    });
+    if let Err(msg) = &exclude {
+        tracing::error!("{msg}");
+    }
+    Box::new(DiskStatsCollector {
+        file: SourceFile::new(&s.procfs, "diskstats"),
+        sysfs: s.sysfs.clone(),
+        exclude,
+        devices: Vec::new(),
+        by_name: HashMap::new(),
+        scrape: 0,
+        rows: Vec::new(),
+    })
+}
+
+/// The state `fill` updates, borrowed apart from the source file.
+struct Tracker<'c> {
+    exclude: &'c Regex,
+    sysfs: &'c Path,
+    devices: &'c mut Vec<Device>,
+    by_name: &'c mut HashMap<String, usize>,
+    scrape: u64,
+}
+
+impl Tracker<'_> {
+    /// The cached entry for `disk`, created (regex and sysfs consulted) the
+    /// first time its name is seen or when its device number changes.
+    fn device(&mut self, disk: &Disk) -> usize {
+        let i = match self.by_name.get(disk.name) {
+            Some(&i) => i,
+            None => {
+                self.devices.push(Device {
+                    name: disk.name.to_string(),
+                    major: disk.major,
+                    minor: disk.minor,
+                    excluded: self.exclude.is_match(disk.name),
+                    info: Info::default(),
+                    seen: 0,
+                });
+                let i = self.devices.len() - 1;
+                self.by_name.insert(disk.name.to_string(), i);
+                self.refresh_info(i);
+                i
+            }
+        };
+        let d = &mut self.devices[i];
+        if (d.major, d.minor) != (disk.major, disk.minor) {
+            d.major = disk.major;
+            d.minor = disk.minor;
+            self.refresh_info(i);
+        }
+        self.devices[i].seen = self.scrape;
+        i
+    }
+
+    fn refresh_info(&mut self, i: usize) {
+        let d = &mut self.devices[i];
+        if !d.excluded {
+            d.info = Info::read(self.sysfs, &d.name);
+        }
+    }
+}
+
+/// Forgets devices scrape `scrape` did not see (hot-unplugged), so the
+/// cache does not grow with every device a host ever had.
+fn forget_unseen(devices: &mut Vec<Device>, by_name: &mut HashMap<String, usize>, scrape: u64) {
+    if devices.iter().all(|d| d.seen == scrape) {
+        return;
+    }
+    devices.retain(|d| d.seen == scrape);
+    by_name.clear();
+    for (i, d) in devices.iter().enumerate() {
+        by_name.insert(d.name.clone(), i);
+    }
+}
+
+/// Parses `text` into `rows`, one per device that is not excluded.
+fn fill(text: &str, tracker: &mut Tracker, rows: &mut Vec<Row>) -> Result<(), ParseError> {
+    rows.clear();
+    for disk in parse(text) {
+        let disk = disk?;
+        let device = tracker.device(&disk);
+        if !tracker.devices[device].excluded {
+            rows.push(Row {
+                device,
+                stats: disk.stats,
+                count: disk.count,
+            });
+        }
+    }
+    Ok(())
+}
+
+impl DiskStatsCollector {
+    fn emit(&self, enc: &mut Encoder) {
+        if self.rows.is_empty() {
+            return;
+        }
+        enc.family(&INFO);
+        for row in &self.rows {
+            let d = &self.devices[row.device];
+            let (mut b1, mut b2) = ([0u8; 20], [0u8; 20]);
+            enc.sample(
+                &INFO,
+                &[
+                    ("device", d.name.as_str()),
+                    ("major", u64_label(d.major, &mut b1)),
+                    ("minor", u64_label(d.minor, &mut b2)),
+                    ("path", &d.info.path),
+                    ("wwn", &d.info.wwn),
+                    ("model", &d.info.model),
+                    ("serial", &d.info.serial),
+                    ("revision", &d.info.revision),
+                    ("rotational", &d.info.rotational),
+                ],
+                1u64,
+            );
+        }
+        for (k, (desc, unit)) in FAMILIES.iter().enumerate() {
+            if !self.rows.iter().any(|r| r.count > k) {
+                continue;
+            }
+            enc.family(desc);
+            for row in self.rows.iter().filter(|r| r.count > k) {
+                let device = self.devices[row.device].name.as_str();
+                enc.sample(desc, &[("device", device)], unit.value(row.stats[k]));
+            }
+        }
+    }
+}
+
+impl Collector for DiskStatsCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let exclude = match &self.exclude {
+            Ok(re) => re,
+            Err(msg) => {
+                return Err(CollectError::other(
+                    "--collector.diskstats.device-exclude",
+                    msg.clone(),
+                ));
+            }
+        };
+        let text = match self.file.read()? {
+            Read::Text(t) => t,
+            Read::Absent => return Ok(()),
+        };
+        self.scrape += 1;
+        let mut tracker = Tracker {
+            exclude,
+            sysfs: &self.sysfs,
+            devices: &mut self.devices,
+            by_name: &mut self.by_name,
+            scrape: self.scrape,
+        };
+        let parsed = fill(text, &mut tracker, &mut self.rows);
+        parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))?;
+        self.emit(enc);
+        // Row indices point into `devices`: prune only after emitting.
+        forget_unseen(&mut self.devices, &mut self.by_name, self.scrape);
         Ok(())
     }
 }
 
-pub fn build(_s: &Settings) -> Box<dyn Collector> {
-    Box::new(Todo)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+    use proptest::prelude::*;
+
+    const FIXTURE: &str = include_str!("../../tests/fixtures/proc/diskstats");
+    const VDA: &str = " 254       0 vda 50989 8224 3483818 8745 15009 14970 2531288 8425 0 4992 17526 5461 22 353064 310 1547 44";
+
+    fn disks(s: &str) -> Result<Vec<Disk<'_>>, ParseError> {
+        parse(s).collect()
+    }
+
+    fn fixture_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc")
+    }
+
+    fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
+        let mut buf = Vec::new();
+        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
+        c.collect(&mut enc)?;
+        Ok(String::from_utf8(buf).unwrap())
+    }
+
+    /// A scratch directory removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let dir = std::env::temp_dir()
+                .join(format!("usescope-diskstats-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+        fn write(&self, rel: &str, content: &str) {
+            let p = self.0.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn fixture() {
+        let d = disks(FIXTURE).unwrap();
+        assert_eq!(d.len(), 10);
+        let vda = d.iter().find(|d| d.name == "vda").unwrap();
+        assert_eq!((vda.major, vda.minor, vda.count), (254, 0, 17));
+        assert_eq!(
+            vda.stats,
+            [
+                50989, 8224, 3483818, 8745, 15009, 14970, 2531288, 8425, 0, 4992, 17526, 5461, 22,
+                353064, 310, 1547, 44
+            ]
+        );
+    }
+
+    #[test]
+    fn kernel_variants() {
+        // 4.17 and older: 11 counters; 4.18: discards; 5.5: flushes.
+        let old = disks("   8       0 sda 1 2 3 4 5 6 7 8 9 10 11\n").unwrap();
+        assert_eq!(old[0].count, 11);
+        let discard = disks("   8       0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n").unwrap();
+        assert_eq!(discard[0].count, 15);
+        assert_eq!(discard[0].stats[14], 15);
+        // Columns a future kernel appends are ignored.
+        let appended = format!("{VDA} 99 98\n");
+        let newer = disks(&appended).unwrap();
+        assert_eq!(newer[0].count, 17);
+        assert_eq!(newer[0].stats[16], 44);
+    }
+
+    #[test]
+    fn malformed() {
+        assert_eq!(disks("").unwrap(), vec![]);
+        assert!(disks("\u{1}garbage here\n%%% not a kernel file %%%\n:::\n").is_err());
+        let e = disks("   8       0 sda 1 2 3 4 5 6 7 8 9 10 11 12\n").unwrap_err();
+        assert!(e.msg.contains("12 counters"), "{}", e.msg);
+        let e = disks(&format!("{VDA}\n   8 0\n")).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("device name"));
+        let e = disks("99999999999999999999999 0 sda 1 2 3 4 5 6 7 8 9 10 11\n").unwrap_err();
+        assert!(e.msg.contains("major"));
+        let e = disks("8 0 sda 1 2 3 4 5 6 7 8 9 10 18446744073709551616\n").unwrap_err();
+        assert!(e.msg.contains("node_disk_io_time_weighted_seconds_total"));
+        let e = disks("8 0 sda 1 2 x 4 5 6 7 8 9 10 11\n").unwrap_err();
+        assert!(e.msg.contains("node_disk_read_bytes_total"));
+        // Truncated in the middle of the last line.
+        let cut = &FIXTURE[..FIXTURE.len() - 20];
+        assert!(disks(cut).is_err());
+        let missing = VDA.rsplit_once(' ').unwrap().0;
+        assert!(disks(missing).unwrap_err().msg.contains("16 counters"));
+    }
+
+    #[test]
+    fn collector_on_fixture() {
+        let mut c = build(&Settings::with_roots(fixture_root(), "/nonexistent"));
+        let out = render(c.as_mut()).unwrap();
+        let expected = "\
+# HELP node_disk_info Info of /sys/block/<block_device>.
+# TYPE node_disk_info gauge
+node_disk_info{device=\"vda\",major=\"254\",minor=\"0\",path=\"\",wwn=\"\",model=\"\",serial=\"\",revision=\"\",rotational=\"0\"} 1
+# HELP node_disk_reads_completed_total The total number of reads completed successfully.
+# TYPE node_disk_reads_completed_total counter
+node_disk_reads_completed_total{device=\"vda\"} 50989
+# HELP node_disk_reads_merged_total The total number of reads merged.
+# TYPE node_disk_reads_merged_total counter
+node_disk_reads_merged_total{device=\"vda\"} 8224
+# HELP node_disk_read_bytes_total The total number of bytes read successfully.
+# TYPE node_disk_read_bytes_total counter
+node_disk_read_bytes_total{device=\"vda\"} 1783714816
+# HELP node_disk_read_time_seconds_total The total number of seconds spent by all reads.
+# TYPE node_disk_read_time_seconds_total counter
+node_disk_read_time_seconds_total{device=\"vda\"} 8.745000000000001
+# HELP node_disk_writes_completed_total The total number of writes completed successfully.
+# TYPE node_disk_writes_completed_total counter
+node_disk_writes_completed_total{device=\"vda\"} 15009
+# HELP node_disk_writes_merged_total The number of writes merged.
+# TYPE node_disk_writes_merged_total counter
+node_disk_writes_merged_total{device=\"vda\"} 14970
+# HELP node_disk_written_bytes_total The total number of bytes written successfully.
+# TYPE node_disk_written_bytes_total counter
+node_disk_written_bytes_total{device=\"vda\"} 1296019456
+# HELP node_disk_write_time_seconds_total This is the total number of seconds spent by all writes.
+# TYPE node_disk_write_time_seconds_total counter
+node_disk_write_time_seconds_total{device=\"vda\"} 8.425
+# HELP node_disk_io_now The number of I/Os currently in progress.
+# TYPE node_disk_io_now gauge
+node_disk_io_now{device=\"vda\"} 0
+# HELP node_disk_io_time_seconds_total Total seconds spent doing I/Os.
+# TYPE node_disk_io_time_seconds_total counter
+node_disk_io_time_seconds_total{device=\"vda\"} 4.992
+# HELP node_disk_io_time_weighted_seconds_total The weighted # of seconds spent doing I/Os.
+# TYPE node_disk_io_time_weighted_seconds_total counter
+node_disk_io_time_weighted_seconds_total{device=\"vda\"} 17.526
+# HELP node_disk_discards_completed_total The total number of discards completed successfully.
+# TYPE node_disk_discards_completed_total counter
+node_disk_discards_completed_total{device=\"vda\"} 5461
+# HELP node_disk_discards_merged_total The total number of discards merged.
+# TYPE node_disk_discards_merged_total counter
+node_disk_discards_merged_total{device=\"vda\"} 22
+# HELP node_disk_discarded_sectors_total The total number of sectors discarded successfully.
+# TYPE node_disk_discarded_sectors_total counter
+node_disk_discarded_sectors_total{device=\"vda\"} 353064
+# HELP node_disk_discard_time_seconds_total This is the total number of seconds spent by all discards.
+# TYPE node_disk_discard_time_seconds_total counter
+node_disk_discard_time_seconds_total{device=\"vda\"} 0.31
+# HELP node_disk_flush_requests_total The total number of flush requests completed successfully
+# TYPE node_disk_flush_requests_total counter
+node_disk_flush_requests_total{device=\"vda\"} 1547
+# HELP node_disk_flush_requests_time_seconds_total This is the total number of seconds spent by all flush requests.
+# TYPE node_disk_flush_requests_time_seconds_total counter
+node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
+";
+        assert_eq!(out, expected);
+        assert_eq!(render(c.as_mut()).unwrap(), out);
+    }
+
+    #[test]
+    fn info_labels_from_sysfs() {
+        let sys = TempDir::new("sys");
+        sys.write("block/nvme0n1/queue/rotational", "0\n");
+        sys.write("block/nvme0n1/wwid", "eui.0025388b91b1b3d4\n");
+        sys.write(
+            "block/nvme0n1/device/model",
+            "Samsung SSD 970 EVO Plus 1TB            \n",
+        );
+        sys.write("block/nvme0n1/device/serial", "S4EWNX0R123456      \n");
+        sys.write("block/nvme0n1/device/firmware_rev", "2B2QEXM7\n");
+        sys.write("block/sda/queue/rotational", "1\n");
+        sys.write("block/sda/device/model", "ST4000DM004-2CV1\n");
+        sys.write("block/sda/device/rev", "0001\n");
+        sys.write("block/vda/serial", "overlayblk");
+        sys.write("block/cciss!c0d0/queue/rotational", "1\n");
+        let proc = TempDir::new("proc");
+        proc.write(
+            "diskstats",
+            " 259 0 nvme0n1 1 0 0 0 0 0 0 0 0 0 0\n 259 1 nvme0n1p1 1 0 0 0 0 0 0 0 0 0 0\n   8 0 sda 1 0 0 0 0 0 0 0 0 0 0\n 254 0 vda 1 0 0 0 0 0 0 0 0 0 0\n 104 0 cciss/c0d0 1 0 0 0 0 0 0 0 0 0 0\n",
+        );
+        let mut c = build(&Settings::with_roots(&proc.0, &sys.0));
+        let out = render(c.as_mut()).unwrap();
+        let info: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("node_disk_info{"))
+            .collect();
+        assert_eq!(
+            info,
+            [
+                "node_disk_info{device=\"nvme0n1\",major=\"259\",minor=\"0\",path=\"\",wwn=\"eui.0025388b91b1b3d4\",model=\"Samsung SSD 970 EVO Plus 1TB\",serial=\"S4EWNX0R123456\",revision=\"2B2QEXM7\",rotational=\"0\"} 1",
+                "node_disk_info{device=\"sda\",major=\"8\",minor=\"0\",path=\"\",wwn=\"\",model=\"ST4000DM004-2CV1\",serial=\"\",revision=\"0001\",rotational=\"1\"} 1",
+                "node_disk_info{device=\"vda\",major=\"254\",minor=\"0\",path=\"\",wwn=\"\",model=\"\",serial=\"overlayblk\",revision=\"\",rotational=\"0\"} 1",
+                "node_disk_info{device=\"cciss/c0d0\",major=\"104\",minor=\"0\",path=\"\",wwn=\"\",model=\"\",serial=\"\",revision=\"\",rotational=\"1\"} 1",
+            ]
+        );
+        // 11-counter lines: no discard or flush families at all.
+        assert!(out.contains("node_disk_io_time_weighted_seconds_total{device=\"sda\"} 0\n"));
+        assert!(!out.contains("discard"));
+        assert!(!out.contains("flush"));
+        assert!(!out.contains("nvme0n1p1"));
+    }
+
+    #[test]
+    fn mixed_widths_emit_each_family_for_the_devices_that_have_it() {
+        let proc = TempDir::new("mixed");
+        proc.write(
+            "diskstats",
+            &format!("{VDA}\n   8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n"),
+        );
+        let out = render(build(&Settings::with_roots(&proc.0, "/nonexistent")).as_mut()).unwrap();
+        assert!(out.contains("node_disk_discard_time_seconds_total{device=\"vda\"} 0.31\nnode_disk_discard_time_seconds_total{device=\"sda\"} 0.015\n"));
+        assert!(out.contains(
+            "# TYPE node_disk_flush_requests_total counter\nnode_disk_flush_requests_total{device=\"vda\"} 1547\n# HELP"
+        ));
+    }
+
+    #[test]
+    fn exclude_decisions_are_cached_and_forgotten_with_the_device() {
+        let proc = TempDir::new("cache");
+        let sys = TempDir::new("cachesys");
+        sys.write("block/sdb/queue/rotational", "1\n");
+        proc.write(
+            "diskstats",
+            "8 16 sdb 1 0 0 0 0 0 0 0 0 0 0\n8 17 sdb1 1 0 0 0 0 0 0 0 0 0 0\n",
+        );
+        let mut c = DiskStatsCollector {
+            file: SourceFile::new(&proc.0, "diskstats"),
+            sysfs: sys.0.clone(),
+            exclude: Ok(Regex::new(DEFAULT_DEVICE_EXCLUDE).unwrap()),
+            devices: Vec::new(),
+            by_name: HashMap::new(),
+            scrape: 0,
+            rows: Vec::new(),
+        };
+        let out = render(&mut c).unwrap();
+        assert!(out.contains("device=\"sdb\""));
+        assert!(!out.contains("sdb1"));
+        let names: Vec<(&str, bool)> = c
+            .devices
+            .iter()
+            .map(|d| (d.name.as_str(), d.excluded))
+            .collect();
+        assert_eq!(names, [("sdb", false), ("sdb1", true)]);
+        // sysfs is read once per device: a change there is not seen...
+        sys.write("block/sdb/queue/rotational", "0\n");
+        assert!(render(&mut c).unwrap().contains("rotational=\"1\""));
+        // ...until the name comes back with another device number.
+        proc.write("diskstats", "8 32 sdb 1 0 0 0 0 0 0 0 0 0 0\n");
+        let out = render(&mut c).unwrap();
+        assert!(out.contains("minor=\"32\""));
+        assert!(out.contains("rotational=\"0\""));
+        assert_eq!(c.devices.len(), 1, "sdb1 was unplugged and forgotten");
+        assert_eq!(c.by_name.get("sdb"), Some(&0));
+    }
+
+    #[test]
+    fn custom_and_invalid_exclude_patterns() {
+        let mut s = Settings::with_roots(fixture_root(), "/nonexistent");
+        s.diskstats_device_exclude = "^vda$".to_string();
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(out.contains("device=\"loop0\""));
+        assert!(out.contains("device=\"zram0\""));
+        assert!(!out.contains("device=\"vda\""));
+        s.diskstats_device_exclude = "^(loop".to_string();
+        let e = render(build(&s).as_mut()).unwrap_err();
+        assert!(
+            e.cause
+                .contains("invalid --collector.diskstats.device-exclude regex"),
+            "{}",
+            e.cause
+        );
+        assert!(e.cause.contains("^(loop"));
+    }
+
+    #[test]
+    fn absent_and_bad_files() {
+        let proc = TempDir::new("absent");
+        let mut c = build(&Settings::with_roots(&proc.0, "/nonexistent"));
+        assert_eq!(render(c.as_mut()).unwrap(), "");
+        proc.write("diskstats", &format!("{VDA}\n   8 0 sda 1 2\n"));
+        let e = render(c.as_mut()).unwrap_err();
+        assert!(e.file.ends_with("diskstats"));
+        assert_eq!(e.line, Some(2));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            for _ in parse(&s) {}
+        }
+
+        #[test]
+        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+            for _ in parse(&String::from_utf8_lossy(&b)) {}
+        }
+
+        #[test]
+        fn never_panics_on_line_like_input(s in "( *[0-9]{1,21} +[0-9]{1,3} +[a-z0-9]{1,8}( [0-9]{1,21}){0,22}\n){0,4}") {
+            for _ in parse(&s) {}
+        }
+    }
 }
