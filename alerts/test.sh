@@ -3,6 +3,8 @@
 #   promtool check rules   on every rule file
 #   promtool test rules    on every unit-test file in tests/
 #   a coverage check       every alert has at least one firing test case
+#   runbook anchors        every runbook_url names a section of docs/runbooks.md
+#   promtool check config  on the compose stack's Prometheus config
 #   amtool check-config    on alertmanager.yml, plus routing checks
 # Exits non-zero if anything fails; the last line is
 # "alerts: N passed, M failed".
@@ -68,6 +70,33 @@ print(f"{len(alerts)} alerts, each with a firing test case")
 PY
 }
 check "every alert has a firing test" coverage
+
+# Every runbook_url anchor must name a section of docs/runbooks.md.
+runbooks() {
+  python3 - <<'PY'
+import re, sys
+urls = set(re.findall(r"runbook_url:\s*\S+#(\S+)", open("usescope-alerts.yml").read()))
+anchors = {h.strip().lower() for h in re.findall(r"^## (.+)$", open("../docs/runbooks.md").read(), re.M)}
+missing = sorted(urls - anchors)
+if missing:
+    print("runbook anchors without a section in docs/runbooks.md: " + ", ".join(missing))
+    sys.exit(1)
+PY
+}
+check "every runbook_url has a section in docs/runbooks.md" runbooks
+
+# The compose stack's Prometheus config, with the rule paths it sees inside
+# its container mapped back to this directory.
+compose_prometheus_config() {
+  local tmp
+  tmp=$(mktemp -d)
+  sed "s|/etc/prometheus/rules/|$PWD/|" ../deploy/prometheus/prometheus.yml >"$tmp/prometheus.yml"
+  promtool check config "$tmp/prometheus.yml"
+  local rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+check "promtool check config deploy/prometheus/prometheus.yml" compose_prometheus_config
 
 check "amtool check-config alertmanager.yml" amtool check-config alertmanager.yml
 check "pages route to the page receiver" \
