@@ -190,10 +190,12 @@ fn parse_row(
         .unwrap_or("")
         .trim_end();
     let (info, devices) = if name.parse::<i64>().is_ok() {
-        let (chip, tail) = desc.split_once(char::is_whitespace).unwrap_or((desc, ""));
-        (chip, tail.trim_start())
+        match desc.split_once(char::is_whitespace) {
+            Some((chip, tail)) => (chip, tail.trim_start()),
+            None => (desc, empty_end(desc)),
+        }
     } else {
-        (desc, desc.get(desc.len()..).unwrap_or(""))
+        (desc, empty_end(desc))
     };
     Ok(Some(Spans {
         name: span(text, name),
@@ -202,7 +204,15 @@ fn parse_row(
     }))
 }
 
-/// Where `sub`, a subslice of `text`, starts in it.
+/// The empty subslice at the end of `s`: an empty label that still has a
+/// position inside the parsed text.
+fn empty_end(s: &str) -> &str {
+    s.get(s.len()..).unwrap_or_default()
+}
+
+/// Where `sub`, a subslice of `text`, starts in it. Wrapping arithmetic, so
+/// a misuse yields a range that `Interrupts::rows` resolves to "" rather
+/// than a panic.
 fn offset(text: &str, sub: &str) -> usize {
     (sub.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize)
 }
