@@ -138,14 +138,15 @@ fn add_toggle(cmd: Command, kind: &str, name: &str, help: &str, default: bool) -
         Arg::new(on)
             .long(on)
             .action(ArgAction::SetTrue)
-            .overrides_with(off)
+            // Overriding itself too lets a flag repeat (wrappers append flags).
+            .overrides_with_all([on, off])
             .help(help),
     )
     .arg(
         Arg::new(off)
             .long(off)
             .action(ArgAction::SetTrue)
-            .overrides_with(on)
+            .overrides_with_all([on, off])
             .hide(true),
     )
 }
@@ -247,6 +248,8 @@ mod tests {
         assert!(!c.collectors.contains(&"stat"));
         let c = parse(["usescope", "--no-collector.stat", "--collector.stat"]).unwrap();
         assert!(c.collectors.contains(&"stat"));
+        let c = parse(["usescope", "--collector.interrupts", "--collector.interrupts"]).unwrap();
+        assert!(c.collectors.contains(&"interrupts"));
         let c = parse([
             "usescope",
             "--collector.disable-defaults",
