@@ -242,13 +242,13 @@ fn parse_line(line: &str, lineno: usize) -> Result<Disk<'_>, ParseError> {
     })
 }
 
-/// `node_disk_info` labels besides device, major and minor, read from
-/// sysfs. node_exporter takes most of these from udev's database; sysfs
-/// holds the same strings for NVMe (model, serial, firmware, wwid) and
-/// virtio (serial), and `path` exists only in udev, so it stays empty.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `node_disk_info` labels read from sysfs. node_exporter takes most of
+/// them from udev's database; sysfs holds the same strings for NVMe (model,
+/// serial, firmware, wwid) and virtio (serial). For SCSI/ATA disks udev
+/// rewrites them (underscores for spaces, `0x` WWNs), so those may differ;
+/// `path` exists only in udev and is left empty.
+#[derive(Debug, Default)]
 struct Info {
-    path: String,
     wwn: String,
     model: String,
     serial: String,
@@ -266,7 +266,6 @@ impl Info {
         let dir = sysfs.join("block").join(dir_name);
         let attr = |rel: &str| read_attr(&dir.join(rel));
         Info {
-            path: String::new(),
             wwn: attr("wwid").unwrap_or_default(),
             model: attr("device/model").unwrap_or_default(),
             serial: attr("device/serial")
@@ -435,7 +434,8 @@ impl DiskStatsCollector {
                     ("device", d.name.as_str()),
                     ("major", u64_label(d.major, &mut b1)),
                     ("minor", u64_label(d.minor, &mut b2)),
-                    ("path", &d.info.path),
+                    // udev's ID_PATH; sysfs has no equivalent.
+                    ("path", ""),
                     ("wwn", &d.info.wwn),
                     ("model", &d.info.model),
                     ("serial", &d.info.serial),
