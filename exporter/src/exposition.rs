@@ -145,8 +145,19 @@ impl<'b> Encoder<'b> {
     /// Starts a family: writes its `# HELP` and `# TYPE` lines. Every sample
     /// of the family must follow before the next `family` call.
     pub fn family(&mut self, desc: &Desc) {
-        let name = self.family_name(desc);
-        let kind = match (desc.kind, self.format) {
+        self.family_named(desc.name, desc.help, desc.kind);
+    }
+
+    /// [`Encoder::family`] for names only known at run time (vmstat and
+    /// netstat fields come from the kernel's own field names).
+    pub fn family_named(&mut self, name: &str, help: &str, kind: MetricType) {
+        let name = match (self.format, kind) {
+            (Format::OpenMetrics, MetricType::Counter) => {
+                name.strip_suffix("_total").unwrap_or(name)
+            }
+            _ => name,
+        };
+        let kind = match (kind, self.format) {
             (MetricType::Counter, _) => "counter",
             (MetricType::Gauge, _) => "gauge",
             (MetricType::Histogram, _) => "histogram",
@@ -156,21 +167,12 @@ impl<'b> Encoder<'b> {
         self.buf.extend_from_slice(b"# HELP ");
         self.buf.extend_from_slice(name.as_bytes());
         self.buf.push(b' ');
-        write_escaped(self.buf, desc.help, false);
+        write_escaped(self.buf, help, false);
         self.buf.extend_from_slice(b"\n# TYPE ");
         self.buf.extend_from_slice(name.as_bytes());
         self.buf.push(b' ');
         self.buf.extend_from_slice(kind.as_bytes());
         self.buf.push(b'\n');
-    }
-
-    fn family_name(&self, desc: &Desc) -> &'static str {
-        match (self.format, desc.kind) {
-            (Format::OpenMetrics, MetricType::Counter) => {
-                desc.name.strip_suffix("_total").unwrap_or(desc.name)
-            }
-            _ => desc.name,
-        }
     }
 
     /// Writes one sample of the current family, named `desc.name`.

@@ -69,7 +69,13 @@ impl SourceFile {
     pub fn read(&mut self) -> Result<Read<'_>, CollectError> {
         match self.read_bytes() {
             Ok(()) => self.note_presence(true),
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            // ENOENT: the file is not there. EOPNOTSUPP: it is there but the
+            // feature is switched off (PSI built in, booted with psi=0).
+            // Either way the kernel has nothing to report, which is not a failure.
+            Err(e)
+                if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
+                    || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+            {
                 self.note_presence(false);
                 return Ok(Read::Absent);
             }

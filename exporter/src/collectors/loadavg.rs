@@ -8,7 +8,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{f64_field, next_field};
+use crate::parse::{f64_field, next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 const LOAD1: Desc = Desc::gauge("node_load1", "1m load average.");
@@ -22,18 +22,34 @@ pub struct LoadAvg {
     pub fifteen: f64,
 }
 
-/// Parses `0.08 0.06 0.02 1/123 4567`.
+/// Parses `0.08 0.06 0.02 1/123 4567`. Only the averages are exported, but
+/// the runnable/total and last-pid fields are validated too, so a file that
+/// is not /proc/loadavg is reported rather than half-read.
 pub fn parse(s: &str) -> Result<LoadAvg, ParseError> {
     let line = s
         .lines()
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
     let mut f = line.split_whitespace();
-    Ok(LoadAvg {
+    let avg = LoadAvg {
         one: f64_field(next_field(&mut f, 1, "load1")?, 1, "load1")?,
         five: f64_field(next_field(&mut f, 1, "load5")?, 1, "load5")?,
         fifteen: f64_field(next_field(&mut f, 1, "load15")?, 1, "load15")?,
-    })
+    };
+    let tasks = next_field(&mut f, 1, "runnable/total")?;
+    let (runnable, total) = tasks.split_once('/').ok_or_else(|| {
+        ParseError::new(1, format!("runnable/total: expected N/M, got {tasks:?}"))
+    })?;
+    u64_field(runnable, 1, "runnable")?;
+    u64_field(total, 1, "total")?;
+    u64_field(next_field(&mut f, 1, "last_pid")?, 1, "last_pid")?;
+    if let Some(extra) = f.next() {
+        return Err(ParseError::new(
+            1,
+            format!("unexpected extra field {extra:?}"),
+        ));
+    }
+    Ok(avg)
 }
 
 pub struct LoadAvgCollector {
@@ -85,6 +101,25 @@ mod tests {
         assert!(parse("0.1 0.2\n").unwrap_err().msg.contains("load15"));
         assert!(parse("a b c\n").is_err());
         assert!(parse("nan 1 1\n").is_err());
+        assert!(
+            parse("0.1 0.2 0.3\n")
+                .unwrap_err()
+                .msg
+                .contains("runnable/total")
+        );
+        assert!(
+            parse("0.1 0.2 0.3 1/2 99999999999999999999\n")
+                .unwrap_err()
+                .msg
+                .contains("last_pid")
+        );
+        assert!(parse("0.1 0.2 0.3 12 5\n").is_err());
+        assert!(
+            parse("0.1 0.2 0.3 1/2 5 6\n")
+                .unwrap_err()
+                .msg
+                .contains("extra")
+        );
     }
 
     proptest! {

@@ -11,6 +11,7 @@ use crate::collector::Collector;
 
 pub mod conntrack;
 pub mod diskstats;
+pub mod dynamic;
 pub mod interrupts;
 pub mod loadavg;
 pub mod meminfo;

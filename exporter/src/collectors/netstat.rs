@@ -20,8 +20,9 @@ use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
+use crate::collectors::dynamic::{DynamicFamilies, FamilyId};
 use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder, Value};
+use crate::exposition::{Encoder, MetricType, Value};
 use crate::parse::{i64_field, u64_field};
 use crate::source::{Read, SourceFile};
 
@@ -194,65 +195,10 @@ fn snmp6_line(line: &str, lineno: usize) -> Result<Snmp6Field<'_>, ParseError> {
     })
 }
 
-/// Descriptions for metric names built at run time from field names that a
-/// kernel file supplies (`node_netstat_TcpExt_ListenOverflows`).
-///
-/// [`Desc`] holds `&'static str`s, so a name seen at run time is leaked,
-/// once: lookups go through this table first. The kernel's field set is
-/// small and fixed; [`DynamicDescs::MAX`] bounds the table against a file
-/// that keeps inventing names.
-pub(crate) struct DynamicDescs {
-    make: fn(&'static str, &'static str) -> Desc,
-    entries: Vec<(Box<str>, Box<str>, Desc)>,
-}
-
-impl DynamicDescs {
-    const MAX: usize = 4096;
-
-    /// `make` is the constructor for the type, e.g. `Desc::gauge`.
-    pub(crate) fn new(make: fn(&'static str, &'static str) -> Desc) -> DynamicDescs {
-        DynamicDescs {
-            make,
-            entries: Vec::new(),
-        }
-    }
-
-    /// The description for `(group, field)`; `name_help` builds its name
-    /// and help text the first time the pair is seen.
-    pub(crate) fn get(
-        &mut self,
-        group: &str,
-        field: &str,
-        line: usize,
-        name_help: impl FnOnce() -> (String, String),
-    ) -> Result<Desc, ParseError> {
-        if let Some((_, _, d)) = self
-            .entries
-            .iter()
-            .find(|(g, f, _)| **g == *group && **f == *field)
-        {
-            return Ok(*d);
-        }
-        if self.entries.len() >= Self::MAX {
-            return Err(ParseError::new(
-                line,
-                format!(
-                    "more than {} distinct metric names; refusing {group}_{field}",
-                    Self::MAX
-                ),
-            ));
-        }
-        let (name, help) = name_help();
-        let desc = (self.make)(name.leak(), help.leak());
-        self.entries.push((group.into(), field.into(), desc));
-        Ok(desc)
-    }
-}
-
 /// Which fields of one header line are exported, with their descriptions.
 struct HeaderSelection {
     header: String,
-    descs: Vec<Option<Desc>>,
+    families: Vec<Option<FamilyId>>,
 }
 
 pub struct NetStatCollector {
@@ -260,11 +206,11 @@ pub struct NetStatCollector {
     snmp: SourceFile,
     snmp6: SourceFile,
     select: Regex,
-    descs: DynamicDescs,
+    families: DynamicFamilies,
     /// Selections for the netstat/snmp header lines seen so far.
     headers: Vec<HeaderSelection>,
     /// snmp6 selections by line: the name seen there and its description.
-    snmp6_names: Vec<(Box<str>, Option<Desc>)>,
+    snmp6_names: Vec<(Box<str>, Option<FamilyId>)>,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
@@ -274,7 +220,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         snmp: SourceFile::new(&s.procfs, "net/snmp"),
         snmp6: SourceFile::new(&s.procfs, "net/snmp6"),
         select: Regex::new(&pattern).expect("the netstat field patterns are valid regexes"),
-        descs: DynamicDescs::new(Desc::untyped),
+        families: DynamicFamilies::new(MetricType::Untyped),
         headers: Vec::new(),
         snmp6_names: Vec::new(),
     })
@@ -283,22 +229,22 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 /// Everything the emitters share, borrowed apart from the source files.
 struct Selector<'c> {
     select: &'c Regex,
-    descs: &'c mut DynamicDescs,
+    families: &'c mut DynamicFamilies,
 }
 
 impl Selector<'_> {
     /// Runs the field regex on `Proto_Field`; only on a cache miss.
-    fn desc_for(
+    fn family_for(
         &mut self,
         proto: &str,
         field: &str,
         line: usize,
-    ) -> Result<Option<Desc>, ParseError> {
+    ) -> Result<Option<FamilyId>, ParseError> {
         let key = format!("{proto}_{field}");
         if !self.select.is_match(&key) {
             return Ok(None);
         }
-        self.descs
+        self.families
             .get(proto, field, line, || {
                 (
                     format!("node_netstat_{key}"),
@@ -323,22 +269,22 @@ fn emit_sections(
                 if headers.len() >= MAX_CACHED_HEADERS {
                     headers.clear();
                 }
-                let mut descs = Vec::new();
+                let mut families = Vec::new();
                 for (field, _) in section.fields() {
-                    descs.push(sel.desc_for(section.proto, field, section.line)?);
+                    families.push(sel.family_for(section.proto, field, section.line)?);
                 }
                 headers.push(HeaderSelection {
                     header: section.header.to_string(),
-                    descs,
+                    families,
                 });
                 headers.len() - 1
             }
         };
-        let selection = &headers[idx].descs;
-        for ((field, tok), desc) in section.fields().zip(selection) {
-            if let Some(desc) = desc {
-                enc.family(desc);
-                enc.sample(desc, &[], number(tok, section.line, field)?);
+        let selection = &headers[idx].families;
+        for ((field, tok), id) in section.fields().zip(selection) {
+            if let Some(id) = *id {
+                sel.families
+                    .write(id, enc, number(tok, section.line, field)?);
             }
         }
     }
@@ -348,7 +294,7 @@ fn emit_sections(
 fn emit_snmp6(
     text: &str,
     sel: &mut Selector,
-    names: &mut Vec<(Box<str>, Option<Desc>)>,
+    names: &mut Vec<(Box<str>, Option<FamilyId>)>,
     enc: &mut Encoder,
 ) -> Result<(), ParseError> {
     for (i, f) in parse_snmp6(text).enumerate() {
@@ -357,18 +303,17 @@ fn emit_snmp6(
             .get(i)
             .filter(|(n, _)| **n == *f.name)
             .map(|(_, d)| *d);
-        let desc = match cached {
+        let id = match cached {
             Some(d) => d,
             None => {
-                let d = sel.desc_for(f.proto, f.field, f.line)?;
+                let d = sel.family_for(f.proto, f.field, f.line)?;
                 names.truncate(i);
                 names.push((f.name.into(), d));
                 d
             }
         };
-        if let Some(desc) = desc {
-            enc.family(&desc);
-            enc.sample(&desc, &[], f.value);
+        if let Some(id) = id {
+            sel.families.write(id, enc, f.value);
         }
     }
     Ok(())
@@ -378,7 +323,7 @@ impl Collector for NetStatCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         let mut sel = Selector {
             select: &self.select,
-            descs: &mut self.descs,
+            families: &mut self.families,
         };
         for file in [&mut self.netstat, &mut self.snmp] {
             if let Read::Text(t) = file.read()? {
@@ -669,26 +614,6 @@ mod tests {
         assert!(e.file.ends_with("net/netstat"));
         assert_eq!(e.line, Some(2));
         std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn dynamic_descs_are_interned_and_bounded() {
-        let mut d = DynamicDescs::new(Desc::gauge);
-        let a = d
-            .get("TCP", "inuse", 1, || ("a".into(), "h".into()))
-            .unwrap();
-        let b = d
-            .get("TCP", "inuse", 1, || unreachable!("built once"))
-            .unwrap();
-        assert!(std::ptr::eq(a.name, b.name));
-        for i in 1..DynamicDescs::MAX {
-            d.get("P", &i.to_string(), 1, || ("n".into(), "h".into()))
-                .unwrap();
-        }
-        let e = d
-            .get("P", "new", 7, || ("n".into(), "h".into()))
-            .unwrap_err();
-        assert_eq!(e.line, 7);
     }
 
     proptest! {

@@ -9,9 +9,9 @@
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::collectors::netstat::DynamicDescs;
+use crate::collectors::dynamic::DynamicFamilies;
 use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
+use crate::exposition::{Desc, Encoder, MetricType};
 use crate::parse::i64_field;
 use crate::source::{Read, SourceFile};
 
@@ -87,7 +87,7 @@ pub struct SockStatCollector {
     v4: SourceFile,
     v6: SourceFile,
     page_size: i64,
-    descs: DynamicDescs,
+    families: DynamicFamilies,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
@@ -99,7 +99,7 @@ fn collector(s: &Settings, page_size: i64) -> SockStatCollector {
         v4: SourceFile::new(&s.procfs, "net/sockstat"),
         v6: SourceFile::new(&s.procfs, "net/sockstat6"),
         page_size,
-        descs: DynamicDescs::new(Desc::gauge),
+        families: DynamicFamilies::new(MetricType::Gauge),
     }
 }
 
@@ -116,7 +116,7 @@ fn emit(
     text: &str,
     v4: bool,
     page_size: i64,
-    descs: &mut DynamicDescs,
+    families: &mut DynamicFamilies,
     enc: &mut Encoder,
 ) -> Result<(), ParseError> {
     for l in parse(text) {
@@ -139,7 +139,7 @@ fn emit(
             if key == "mem" {
                 mem = Some(v);
             }
-            gauge(descs, enc, &l, key, v)?;
+            gauge(families, enc, &l, key, v)?;
         }
         if let Some(pages) = mem {
             let bytes = pages.checked_mul(page_size).ok_or_else(|| {
@@ -148,27 +148,26 @@ fn emit(
                     format!("{}: mem {pages} pages overflows bytes", l.proto),
                 )
             })?;
-            gauge(descs, enc, &l, "mem_bytes", bytes)?;
+            gauge(families, enc, &l, "mem_bytes", bytes)?;
         }
     }
     Ok(())
 }
 
 fn gauge(
-    descs: &mut DynamicDescs,
+    families: &mut DynamicFamilies,
     enc: &mut Encoder,
     l: &Line,
     field: &str,
     v: i64,
 ) -> Result<(), ParseError> {
-    let desc = descs.get(l.proto, field, l.line, || {
+    let id = families.get(l.proto, field, l.line, || {
         (
             format!("node_sockstat_{}_{field}", l.proto),
             format!("Number of {} sockets in state {field}.", l.proto),
         )
     })?;
-    enc.family(&desc);
-    enc.sample(&desc, &[], v);
+    families.write(id, enc, v);
     Ok(())
 }
 
@@ -176,7 +175,7 @@ impl Collector for SockStatCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         for (file, v4) in [(&mut self.v4, true), (&mut self.v6, false)] {
             if let Read::Text(t) = file.read()? {
-                let r = emit(t, v4, self.page_size, &mut self.descs, enc);
+                let r = emit(t, v4, self.page_size, &mut self.families, enc);
                 r.map_err(|e| CollectError::from_parse(file.path(), e))?;
             }
         }

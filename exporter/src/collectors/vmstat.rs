@@ -6,16 +6,14 @@
 //! `pgscan*`, `pgsteal*`, `allocstall*` and `compact_stall`.
 //!
 //! Selection runs no regex: [`selected`] is a few prefix checks, and the
-//! collector caches its decision (and the family's [`Desc`]) per line
+//! collector caches its decision (and the family's name and help) per line
 //! position, so a steady-state scrape only compares each field name with the
 //! one seen at that position last time.
-
-use std::collections::HashMap;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
+use crate::exposition::{Encoder, MetricType};
 use crate::parse::u64_field;
 use crate::source::{Read, SourceFile};
 
@@ -73,75 +71,72 @@ fn parse_line(line: &str, n: usize) -> Result<Field<'_>, ParseError> {
     })
 }
 
-/// Distinct exported field names the collector will remember. The kernel
-/// has a few dozen matching fields; the cap only stops a pathological file
-/// from growing the name cache without bound.
+/// Exported fields the collector will remember. The kernel has a few
+/// dozen matching fields; the cap only stops a pathological file from
+/// growing the cache without bound.
 const MAX_NAMES: usize = 1024;
+
+/// An exported field's family strings, built once when the field is first
+/// seen at a position and reused on every scrape after.
+struct Family {
+    name: Box<str>,
+    help: Box<str>,
+}
 
 /// What the collector decided for the field at one line position.
 struct Slot {
     name: Box<str>,
     line: usize,
-    desc: Option<Desc>,
+    family: Option<Family>,
 }
 
-/// The per-position selection cache plus the interned families.
-///
-/// [`Desc`] holds `&'static str`s, and vmstat field names are only known
-/// at run time, so each exported name's family strings are leaked once and
-/// reused for the life of the process; [`MAX_NAMES`] bounds that.
+/// The per-position selection cache.
 #[derive(Default)]
 struct Selection {
     slots: Vec<Slot>,
-    interned: HashMap<Box<str>, Desc>,
+    /// How many slots hold a [`Family`].
+    exported: usize,
     /// Whether the current slots were checked for duplicate names.
     checked: bool,
 }
 
 impl Selection {
     /// The family for the field at `pos`, or `None` if it is not exported.
-    fn desc_at(&mut self, pos: usize, f: &Field) -> Result<Option<Desc>, ParseError> {
-        if let Some(slot) = self.slots.get_mut(pos).filter(|s| *s.name == *f.name) {
-            slot.line = f.line;
-            return Ok(slot.desc);
+    fn family_at(&mut self, pos: usize, f: &Field) -> Result<Option<&Family>, ParseError> {
+        let cached = self.slots.get(pos).is_some_and(|s| *s.name == *f.name);
+        if !cached {
+            let family = if selected(f.name) {
+                if self.exported >= MAX_NAMES {
+                    return Err(ParseError::new(
+                        f.line,
+                        format!(
+                            "more than {MAX_NAMES} exported vmstat fields; not exporting {:?}",
+                            f.name
+                        ),
+                    ));
+                }
+                Some(Family {
+                    name: format!("node_vmstat_{}", f.name).into(),
+                    help: format!("/proc/vmstat information field {}.", f.name).into(),
+                })
+            } else {
+                None
+            };
+            let slot = Slot {
+                name: f.name.into(),
+                line: f.line,
+                family,
+            };
+            match self.slots.get_mut(pos) {
+                Some(s) => *s = slot,
+                None => self.slots.push(slot),
+            }
+            self.exported = self.slots.iter().filter(|s| s.family.is_some()).count();
+            self.checked = false;
         }
-        let desc = if selected(f.name) {
-            Some(self.intern(f)?)
-        } else {
-            None
-        };
-        let slot = Slot {
-            name: f.name.into(),
-            line: f.line,
-            desc,
-        };
-        match self.slots.get_mut(pos) {
-            Some(s) => *s = slot,
-            None => self.slots.push(slot),
-        }
-        self.checked = false;
-        Ok(desc)
-    }
-
-    fn intern(&mut self, f: &Field) -> Result<Desc, ParseError> {
-        if let Some(d) = self.interned.get(f.name) {
-            return Ok(*d);
-        }
-        if self.interned.len() >= MAX_NAMES {
-            return Err(ParseError::new(
-                f.line,
-                format!(
-                    "more than {MAX_NAMES} distinct exported vmstat fields; not exporting {:?}",
-                    f.name
-                ),
-            ));
-        }
-        let name: &'static str = Box::leak(format!("node_vmstat_{}", f.name).into_boxed_str());
-        let help: &'static str =
-            Box::leak(format!("/proc/vmstat information field {}.", f.name).into_boxed_str());
-        let desc = Desc::untyped(name, help);
-        self.interned.insert(f.name.into(), desc);
-        Ok(desc)
+        let slot = &mut self.slots[pos];
+        slot.line = f.line;
+        Ok(slot.family.as_ref())
     }
 
     /// Forgets positions past the end of the file and, after any change,
@@ -149,12 +144,13 @@ impl Selection {
     fn finish(&mut self, len: usize) -> Result<(), ParseError> {
         if self.slots.len() != len {
             self.slots.truncate(len);
+            self.exported = self.slots.iter().filter(|s| s.family.is_some()).count();
             self.checked = false;
         }
         if self.checked {
             return Ok(());
         }
-        let exported = || self.slots.iter().filter(|s| s.desc.is_some());
+        let exported = || self.slots.iter().filter(|s| s.family.is_some());
         for (i, s) in exported().enumerate() {
             if exported().take(i).any(|earlier| earlier.name == s.name) {
                 return Err(ParseError::new(
@@ -186,9 +182,9 @@ fn encode(text: &str, selection: &mut Selection, enc: &mut Encoder) -> Result<()
     let mut len = 0;
     for (pos, field) in parse(text).enumerate() {
         let field = field?;
-        if let Some(desc) = selection.desc_at(pos, &field)? {
-            enc.family(&desc);
-            enc.sample(&desc, &[], field.value);
+        if let Some(family) = selection.family_at(pos, &field)? {
+            enc.family_named(&family.name, &family.help, MetricType::Untyped);
+            enc.sample_named(&family.name, "", &[], None, field.value.into());
         }
         len = pos + 1;
     }
@@ -355,8 +351,8 @@ mod tests {
             samples(&c),
             ["node_vmstat_pgpgin 2", "node_vmstat_pswpin 3"]
         );
-        // Each name's family strings were made once.
-        assert_eq!(sel.interned.len(), 5);
+        // Only the exported fields of the current sequence hold families.
+        assert_eq!(sel.exported, 2);
     }
 
     #[test]
@@ -420,7 +416,7 @@ mod tests {
         let many: String = (0..=MAX_NAMES).map(|i| format!("pgscan_{i} 1\n")).collect();
         let e = render(&many, &mut sel).unwrap_err();
         assert_eq!(e.line, MAX_NAMES + 1);
-        assert_eq!(sel.interned.len(), MAX_NAMES);
+        assert_eq!(sel.exported, MAX_NAMES);
     }
 
     proptest! {
