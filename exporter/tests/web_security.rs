@@ -143,9 +143,9 @@ fn curl(args: &[&str]) -> String {
 #[test]
 fn tls_serves_https_and_refuses_plain_http() {
     let c = Certs::new("tls");
-    let cfg = c.write_config(&format!(
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS12\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n"
-    ));
+    let cfg = c.write_config(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS12\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+    );
     let d = start_with(&cfg);
     let url = format!("https://127.0.0.1:{}/metrics", d.addr.port());
     assert_eq!(curl(&["--cacert", &c.path("ca.crt"), &url]), "200");
