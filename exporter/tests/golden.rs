@@ -12,10 +12,14 @@ use std::path::Path;
 use common::{Daemon, fixture};
 
 /// Lines whose values depend on the running process, not on the fixture.
+/// Probe families are excluded: probes are off here, and their own tests
+/// cover them against the live kernel.
 fn stable(line: &str) -> bool {
     !(line.contains("process_")
         || line.contains("node_scrape_collector_duration_seconds")
-        || line.contains("usescope_build_info"))
+        || line.contains("usescope_build_info")
+        || line.contains("usescope_probe")
+        || line.contains("usescope_bpf_"))
 }
 
 fn scrape_fixture(tree: &Path, extra: &[&str]) -> String {
