@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""End-to-end: every PromQL expression the project ships runs against a
+real Prometheus scraping usescope on this machine's /proc.
+
+- Every target of every dashboard panel (dashboards/*.json), with the
+  template variables substituted ($job, $instance, $__rate_interval,
+  $__interval, $__range), and the dashboards' job/instance variable queries.
+- Every recording and alerting rule (alerts/usescope-*.yml), as Prometheus
+  itself loaded them (/api/v1/rules), plus each rule's evaluation health.
+
+Every query must parse and run. Those that should have data on any Linux
+host must return data; ALLOWED_EMPTY lists, with a reason, the ones that may
+be empty, and for most of them a feature query: the expression may be empty
+only while the feature query is empty too (probe down, module missing).
+Alerting expressions are conditions: empty means "not firing", so for them
+only errors count.
+"""
+
+import json
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+# Keep the source tree clean: no __pycache__ next to the tests.
+sys.dont_write_bytecode = True
+import harness as h  # noqa: E402
+
+WARMUP_S = 20
+VARS = {
+    "$__rate_interval": "1m",
+    "$__interval": "1s",
+    "$__range": "1m",
+}
+
+# (pattern matched against the expression or rule name, why it may be empty,
+#  feature query: if given, emptiness is allowed only while it is empty too)
+ALLOWED_EMPTY = [
+    (r'cpu!=""', "per-CPU run-queue histogram exists only with --probe.runqlat.per-cpu", None),
+    (r"usescope_runqueue_latency", "runqlat probe not attached (unprivileged, no BTF, --no-probe.runqlat)",
+     'usescope_probe_up{probe="runqlat"} == 1'),
+    (r"usescope_page_cache", "cachestat probe not attached", 'usescope_probe_up{probe="cachestat"} == 1'),
+    (r"usescope_skb_drops", "drops probe not attached", 'usescope_probe_up{probe="drops"} == 1'),
+    (r"usescope_bpf_program", "no probe attached, or no CAP_SYS_ADMIN for BPF run-time stats",
+     "usescope_bpf_program_runs_total"),
+    (r"nf_conntrack", "no nf_conntrack module loaded", "node_nf_conntrack_entries_limit"),
+    (r"node_pressure_", "kernel without PSI (CONFIG_PSI)", "node_pressure_cpu_waiting_seconds_total"),
+    (r"node_interrupts_total|machine_check", "/proc/interrupts has an MCE row only on x86",
+     'node_interrupts_total{type="MCE"}'),
+    (r"await|read_time_seconds_total\[[^]]*\]\) / \(rate\(node_disk_reads|write_time_seconds_total\[[^]]*\]\) / \(rate\(node_disk_writes",
+     "await is defined only while requests complete; an idle disk has none", None),
+    (r"node_scrape_collector_success\{[^}]*\} == 0", "lists failing collectors only: empty when all succeed", None),
+    (r"offset 15m", "the baseline starts 15 minutes back; a fresh Prometheus has no data there yet", None),
+]
+
+
+def substitute(expr, job, instance):
+    expr = expr.replace("$job", job).replace("$instance", instance)
+    for k, v in VARS.items():
+        expr = expr.replace(k, v)
+    return expr
+
+
+def dashboard_queries(job, instance):
+    out = []
+    for path in sorted((h.REPO / "dashboards").glob("*.json")):
+        d = json.loads(path.read_text())
+        for p in d["panels"]:
+            for t in p.get("targets", []):
+                label = f"{d['uid']} / {p['title']} / {t['refId']}"
+                out.append((label, substitute(t["expr"], job, instance)))
+    return out
+
+
+def variable_queries():
+    out = []
+    for path in sorted((h.REPO / "dashboards").glob("*.json")):
+        d = json.loads(path.read_text())
+        for v in d["templating"]["list"]:
+            if v["type"] == "query":
+                out.append((f"{d['uid']} / ${v['name']}", v["query"]["query"]))
+    return out
+
+
+def allowance(name, expr, prom):
+    """None if the query must have data, else the reason it may be empty."""
+    for pattern, reason, feature in ALLOWED_EMPTY:
+        if re.search(pattern, expr) or re.search(pattern, name):
+            if feature is None:
+                return reason
+            status, result = h.query(prom, feature)
+            if status == "success" and not result:
+                return reason + " (feature absent here)"
+            return None
+    return None
+
+
+def make_activity():
+    """Things the probes should see during the warm-up: file reads through
+    the page cache and a UDP datagram to a closed loopback port, which the
+    kernel drops with reason NO_SOCKET."""
+    data = Path(h.require("prometheus", "prometheus")).read_bytes()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        port = h.free_port()
+        for _ in range(20):
+            s.sendto(b"usescope e2e", ("127.0.0.1", port))
+    return len(data)
+
+
+def main():
+    r = h.Results("queries_run")
+    logdir = h.tmpdir("queries-run")
+    try:
+        usescope = h.start_usescope(["--collector.interrupts"], logdir)
+        prom = h.start_prometheus(usescope.port, h.RULE_FILES, logdir)
+        job, instance = "usescope", f"127.0.0.1:{usescope.port}"
+        deadline = time.monotonic() + WARMUP_S
+        while time.monotonic() < deadline:
+            make_activity()
+            time.sleep(2)
+
+        up = h.query(prom, f'up{{job="{job}", instance="{instance}"}} == 1')
+        r.check("Prometheus scrapes usescope", up[0] == "success" and up[1], up)
+
+        for name, q in variable_queries():
+            m = re.fullmatch(r"label_values\((.+), (\w+)\)", q)
+            if not r.check(f"variable {name} is a label_values query", m, q):
+                continue
+            series = substitute(m.group(1), job, instance)
+            status, result = h.query(prom, series)
+            values = {s["metric"].get(m.group(2)) for s in result} if status == "success" else set()
+            want = job if m.group(2) == "job" else instance
+            r.check(f"variable {name} offers {want}", want in values, result if status != "success" else values)
+
+        for name, expr in dashboard_queries(job, instance):
+            check_query(r, prom, f"dashboard {name}", expr, must_have_data=True)
+
+        rules = h.get_json(prom.url + "/api/v1/rules")["data"]["groups"]
+        count = 0
+        for group in rules:
+            for rule in group["rules"]:
+                count += 1
+                label = f"{rule['type']} {rule['name']}"
+                r.check(f"{label} evaluates healthily", rule.get("health") == "ok",
+                        f"health={rule.get('health')} lastError={rule.get('lastError')}")
+                check_query(r, prom, label, rule["query"], must_have_data=rule["type"] == "recording")
+        r.check("Prometheus loaded every rule (50 recording, 20 alerting)", count == 70, count)
+    except Exception as e:
+        r.check("test ran without error", False, repr(e))
+    return r.finish()
+
+
+def check_query(r, prom, label, expr, must_have_data):
+    status, result = h.query(prom, expr)
+    if not r.check(f"{label} runs", status == "success", f"{expr}\n{result}"):
+        return
+    if not must_have_data or result:
+        return
+    reason = allowance(label, expr, prom)
+    if reason:
+        print(f"     (empty, allowed: {reason})")
+    r.check(f"{label} returns data", reason is not None, expr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
