@@ -145,7 +145,8 @@ def main():
                 r.check(f"{label} evaluates healthily", rule.get("health") == "ok",
                         f"health={rule.get('health')} lastError={rule.get('lastError')}")
                 check_query(r, prom, label, rule["query"], must_have_data=rule["type"] == "recording")
-        r.check("Prometheus loaded every rule (50 recording, 20 alerting)", count == 70, count)
+        in_files = sum(len(re.findall(r"^\s*- (?:record|alert):", f.read_text(), re.M)) for f in h.RULE_FILES)
+        r.check(f"Prometheus loaded every rule of the rule files ({in_files})", count == in_files, count)
     except Exception as e:
         r.check("test ran without error", False, repr(e))
     return r.finish()
