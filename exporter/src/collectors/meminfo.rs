@@ -43,8 +43,9 @@ macro_rules! field {
     };
 }
 
-/// node_exporter 1.9's meminfo fields, in its (sorted) output order.
-const FIELDS: [Field; 49] = [
+/// node_exporter's meminfo fields (1.9, plus `Zswap` and `Zswapped` from
+/// 1.10), in its (sorted) output order.
+const FIELDS: [Field; 51] = [
     field!("Active(anon)", "Active_anon_bytes", Kb),
     field!("Active", "Active_bytes", Kb),
     field!("Active(file)", "Active_file_bytes", Kb),
@@ -94,6 +95,8 @@ const FIELDS: [Field; 49] = [
     field!("VmallocUsed", "VmallocUsed_bytes", Kb),
     field!("WritebackTmp", "WritebackTmp_bytes", Kb),
     field!("Writeback", "Writeback_bytes", Kb),
+    field!("Zswap", "Zswap_bytes", Kb),
+    field!("Zswapped", "Zswapped_bytes", Kb),
 ];
 
 /// The exported fields' values in export units (bytes, or pages for
@@ -216,8 +219,9 @@ mod tests {
         assert_eq!(m.get("VmallocTotal"), Some(34359738367 * 1024));
         assert_eq!(m.get("HugePages_Total"), Some(0));
         assert_eq!(m.get("Hugepagesize"), Some(2048 * 1024));
-        // Printed by this kernel but not exported by node_exporter 1.9.
-        assert_eq!(m.get("Zswap"), None);
+        assert_eq!(m.get("Zswap"), Some(0));
+        // Printed by this kernel but not exported by node_exporter.
+        assert_eq!(m.get("KReclaimable"), None);
         // Exported by node_exporter but absent on this machine.
         assert_eq!(m.get("CmaTotal"), None);
         assert_eq!(m.get("HardwareCorrupted"), None);
@@ -325,8 +329,8 @@ mod tests {
         ] {
             assert!(out.contains(line), "missing {line:?}");
         }
-        // 46 of the 49 fields are on this kernel (no Cma*, no HardwareCorrupted).
-        assert_eq!(out.lines().filter(|l| !l.starts_with('#')).count(), 46);
+        // 48 of the 51 fields are on this kernel (no Cma*, no HardwareCorrupted).
+        assert_eq!(out.lines().filter(|l| !l.starts_with('#')).count(), 48);
     }
 
     proptest! {
