@@ -10,6 +10,9 @@
  *   read's range once.
  * misses:   mm_filemap_add_to_page_cache, weighted by the folio's pages.
  * dirtied:  writeback_dirty_folio, weighted by the folio's pages.
+ *
+ * tp_btf handlers read kernel memory directly; the raw_tp copies use
+ * bpf_probe_read_kernel (`direct` is a compile-time constant in each).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
@@ -55,21 +58,25 @@ static __always_inline struct cachestat_counts *counts(void)
 
 /* folio_nr_pages(): 1 << order, where the order of a large folio (PG_head
  * set) sits in the low byte of _flags_1. */
-static __always_inline u64 folio_pages(struct folio *folio)
+static __always_inline u64 folio_pages(struct folio *folio, const bool direct)
 {
 	u64 flags = 0, flags_1 = 0;
 
-	bpf_core_read(&flags, sizeof(flags), &folio->flags);
+	if (direct)
+		flags = *(u64 *)&folio->flags;
+	else
+		bpf_core_read(&flags, sizeof(flags), &folio->flags);
 	if (!(flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head))))
 		return 1;
 	if (!bpf_core_field_exists(folio->_flags_1))
 		return 1;
-	flags_1 = BPF_CORE_READ(folio, _flags_1);
+	flags_1 = direct ? folio->_flags_1 : BPF_CORE_READ(folio, _flags_1);
 	return 1UL << (flags_1 & 0x1f);
 }
 
 static __always_inline void on_get_pages(struct address_space *mapping,
-					 u64 index, u64 last_index)
+					 u64 index, u64 last_index,
+					 const bool direct)
 {
 	struct cachestat_counts *c = counts();
 	struct read_state *st;
@@ -91,7 +98,7 @@ static __always_inline void on_get_pages(struct address_space *mapping,
 	st->last_index = last_index;
 	st->tid = tid;
 
-	size = BPF_CORE_READ(mapping, host, i_size);
+	size = direct ? mapping->host->i_size : BPF_CORE_READ(mapping, host, i_size);
 	if (size <= 0)
 		return;
 	last_page = ((u64)size - 1) >> page_shift;
@@ -102,41 +109,41 @@ static __always_inline void on_get_pages(struct address_space *mapping,
 	c->accesses += last_index - index + 1;
 }
 
-static __always_inline void on_add(struct folio *folio)
+static __always_inline void on_add(struct folio *folio, const bool direct)
 {
 	struct cachestat_counts *c = counts();
 
 	if (c)
-		c->misses += folio_pages(folio);
+		c->misses += folio_pages(folio, direct);
 }
 
-static __always_inline void on_dirty(struct folio *folio)
+static __always_inline void on_dirty(struct folio *folio, const bool direct)
 {
 	struct cachestat_counts *c = counts();
 
 	if (c)
-		c->dirtied += folio_pages(folio);
+		c->dirtied += folio_pages(folio, direct);
 }
 
 SEC("tp_btf/mm_filemap_get_pages")
 int BPF_PROG(us_cs_get_btf, struct address_space *mapping, unsigned long index,
 	     unsigned long last_index)
 {
-	on_get_pages(mapping, index, last_index);
+	on_get_pages(mapping, index, last_index, true);
 	return 0;
 }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
 int BPF_PROG(us_cs_add_btf, struct folio *folio)
 {
-	on_add(folio);
+	on_add(folio, true);
 	return 0;
 }
 
 SEC("tp_btf/writeback_dirty_folio")
 int BPF_PROG(us_cs_dirty_btf, struct folio *folio)
 {
-	on_dirty(folio);
+	on_dirty(folio, true);
 	return 0;
 }
 
@@ -144,20 +151,20 @@ SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(us_cs_get_raw, struct address_space *mapping, unsigned long index,
 	     unsigned long last_index)
 {
-	on_get_pages(mapping, index, last_index);
+	on_get_pages(mapping, index, last_index, false);
 	return 0;
 }
 
 SEC("raw_tp/mm_filemap_add_to_page_cache")
 int BPF_PROG(us_cs_add_raw, struct folio *folio)
 {
-	on_add(folio);
+	on_add(folio, false);
 	return 0;
 }
 
 SEC("raw_tp/writeback_dirty_folio")
 int BPF_PROG(us_cs_dirty_raw, struct folio *folio)
 {
-	on_dirty(folio);
+	on_dirty(folio, false);
 	return 0;
 }

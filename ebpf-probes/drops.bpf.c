@@ -39,9 +39,9 @@ static __always_inline u32 slot_of(u32 reason)
 	return DROPS_OVERFLOW_SLOT;
 }
 
-static __always_inline u32 proto_of(struct sk_buff *skb)
+static __always_inline u32 proto_of(struct sk_buff *skb, const bool direct)
 {
-	switch (bpf_ntohs(BPF_CORE_READ(skb, protocol))) {
+	switch (bpf_ntohs(direct ? skb->protocol : BPF_CORE_READ(skb, protocol))) {
 	case ETH_P_IP:
 		return DROPS_PROTO_IPV4;
 	case ETH_P_IPV6:
@@ -53,7 +53,10 @@ static __always_inline u32 proto_of(struct sk_buff *skb)
 	}
 }
 
-static __always_inline void count_drop(struct sk_buff *skb, u32 reason)
+/* `direct`: tp_btf may read kernel memory directly; raw_tp must use
+ * bpf_probe_read_kernel. A compile-time constant in each caller. */
+static __always_inline void count_drop(struct sk_buff *skb, u32 reason,
+				       const bool direct)
 {
 	struct drops_counts *c;
 	u32 zero = 0, slot, proto = 0;
@@ -63,7 +66,7 @@ static __always_inline void count_drop(struct sk_buff *skb, u32 reason)
 		return;
 	slot = slot_of(reason);
 	if (protocol_label)
-		proto = proto_of(skb);
+		proto = proto_of(skb, direct);
 	if (slot < DROPS_SLOTS && proto < DROPS_PROTOS)
 		c->count[proto][slot]++;
 }
@@ -74,7 +77,7 @@ SEC("tp_btf/kfree_skb")
 int BPF_PROG(us_drops_btf, struct sk_buff *skb, void *location,
 	     enum skb_drop_reason reason)
 {
-	count_drop(skb, reason);
+	count_drop(skb, reason, true);
 	return 0;
 }
 
@@ -82,6 +85,6 @@ SEC("raw_tp/kfree_skb")
 int BPF_PROG(us_drops_raw, struct sk_buff *skb, void *location,
 	     enum skb_drop_reason reason)
 {
-	count_drop(skb, reason);
+	count_drop(skb, reason, false);
 	return 0;
 }

@@ -3,9 +3,11 @@
  * Run-queue latency: the time from a task becoming runnable (woken, or
  * switched out while still runnable) to it running on a CPU.
  *
- * Two copies of the three handlers: tp_btf (direct BTF-typed arguments,
- * cheapest) and raw_tp (for kernels that refuse tracing programs). User
- * space loads only one set; both share the maps.
+ * Two copies of the three handlers: tp_btf (BTF-typed arguments read
+ * directly, cheapest) and raw_tp (for kernels that refuse tracing programs;
+ * every read goes through bpf_probe_read_kernel). User space loads only one
+ * set; both share the maps. The `direct` flag is a compile-time constant in
+ * each copy, so the other branch is compiled out.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
@@ -20,7 +22,10 @@ char LICENSE[] SEC("license") = "GPL";
 /* pid -> ktime of becoming runnable. The only shared (non-per-CPU) map:
  * wakeup and switch-in often happen on different CPUs. LRU so a full map
  * evicts old entries instead of refusing new ones; max_entries is set by
- * user space from --probe.runqlat.max-tasks. */
+ * user space from --probe.runqlat.max-tasks. One LRU list shared by all
+ * CPUs (not BPF_F_NO_COMMON_LRU, which would split max-tasks into small
+ * per-CPU lists that a burst of wakeups on one CPU could exhaust); its lock
+ * is only taken when a task is seen for the first time (see below). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 10240);
@@ -40,11 +45,16 @@ struct task_struct___o {
 	volatile long int state;
 } __attribute__((preserve_access_index));
 
-static __always_inline long task_state(struct task_struct *t)
+static __always_inline long task_state(struct task_struct *t, const bool direct)
 {
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
+		return direct ? t->__state : BPF_CORE_READ(t, __state);
 	return BPF_CORE_READ((struct task_struct___o *)t, state);
+}
+
+static __always_inline u32 task_pid(struct task_struct *t, const bool direct)
+{
+	return direct ? t->pid : BPF_CORE_READ(t, pid);
 }
 
 static __always_inline u32 floor_log2(u64 v)
@@ -73,39 +83,48 @@ static __always_inline u32 bucket_of(u64 ns)
 	return k < RUNQLAT_BUCKETS ? k : RUNQLAT_OVERFLOW;
 }
 
+/* Entries are reused rather than deleted: a value of 0 means "no start
+ * recorded" (consumed by a switch-in). Writing into an existing entry is a
+ * lookup and a store; an update or delete of an LRU hash takes a bucket
+ * lock and recycles a node, several times the cost on this hot path. The
+ * lookup also marks the entry used, so active tasks are not evicted. */
 static __always_inline void mark_runnable(u32 pid)
 {
-	u64 now;
+	u64 now, *start;
 
 	if (!pid) /* the idle task */
 		return;
 	now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&us_rq_start, &pid, &now, BPF_ANY);
+	start = bpf_map_lookup_elem(&us_rq_start, &pid);
+	if (start)
+		*start = now;
+	else
+		bpf_map_update_elem(&us_rq_start, &pid, &now, BPF_ANY);
 }
 
 static __always_inline void on_switch(bool preempt, struct task_struct *prev,
-				      struct task_struct *next)
+				      struct task_struct *next, const bool direct)
 {
 	struct runqlat_hist *h;
 	u32 zero = 0, pid;
 	u64 *start, delta;
 
-	if (preempt || task_state(prev) == TASK_RUNNING)
-		mark_runnable(BPF_CORE_READ(prev, pid));
+	if (preempt || task_state(prev, direct) == TASK_RUNNING)
+		mark_runnable(task_pid(prev, direct));
 
-	pid = BPF_CORE_READ(next, pid);
+	pid = task_pid(next, direct);
 	if (!pid)
 		return;
 	h = bpf_map_lookup_elem(&us_rq_hist, &zero);
 	if (!h)
 		return;
 	start = bpf_map_lookup_elem(&us_rq_start, &pid);
-	if (!start) {
+	if (!start || !*start) {
 		h->missed++;
 		return;
 	}
 	delta = bpf_ktime_get_ns() - *start;
-	bpf_map_delete_elem(&us_rq_start, &pid);
+	*start = 0;
 	if ((s64)delta < 0)
 		return;
 	h->slots[bucket_of(delta)]++;
@@ -115,14 +134,14 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(us_rq_wake_btf, struct task_struct *p)
 {
-	mark_runnable(BPF_CORE_READ(p, pid));
+	mark_runnable(task_pid(p, true));
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(us_rq_wknew_btf, struct task_struct *p)
 {
-	mark_runnable(BPF_CORE_READ(p, pid));
+	mark_runnable(task_pid(p, true));
 	return 0;
 }
 
@@ -130,21 +149,21 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(us_rq_swtch_btf, bool preempt, struct task_struct *prev,
 	     struct task_struct *next)
 {
-	on_switch(preempt, prev, next);
+	on_switch(preempt, prev, next, true);
 	return 0;
 }
 
 SEC("raw_tp/sched_wakeup")
 int BPF_PROG(us_rq_wake_raw, struct task_struct *p)
 {
-	mark_runnable(BPF_CORE_READ(p, pid));
+	mark_runnable(task_pid(p, false));
 	return 0;
 }
 
 SEC("raw_tp/sched_wakeup_new")
 int BPF_PROG(us_rq_wknew_raw, struct task_struct *p)
 {
-	mark_runnable(BPF_CORE_READ(p, pid));
+	mark_runnable(task_pid(p, false));
 	return 0;
 }
 
@@ -152,6 +171,6 @@ SEC("raw_tp/sched_switch")
 int BPF_PROG(us_rq_swtch_raw, bool preempt, struct task_struct *prev,
 	     struct task_struct *next)
 {
-	on_switch(preempt, prev, next);
+	on_switch(preempt, prev, next, false);
 	return 0;
 }

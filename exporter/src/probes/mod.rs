@@ -74,6 +74,9 @@ pub struct ProbeSettings {
     pub runqlat_max_tasks: u32,
     /// `--probe.drops.protocol-label`: a `protocol` label on drops.
     pub drops_protocol_label: bool,
+    /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
+    /// statistics (on by default).
+    pub bpf_stats: bool,
 }
 
 impl Default for ProbeSettings {
@@ -83,6 +86,7 @@ impl Default for ProbeSettings {
             runqlat_per_cpu: false,
             runqlat_max_tasks: DEFAULT_RUNQLAT_MAX_TASKS,
             drops_protocol_label: false,
+            bpf_stats: true,
         }
     }
 }
@@ -108,6 +112,20 @@ pub fn add_args(cmd: Command) -> Command {
             .action(ArgAction::SetTrue)
             .help("Add a protocol label (ipv4, ipv6, arp, other) to usescope_skb_drops_total"),
     )
+    .arg(
+        Arg::new("probe.bpf-stats")
+            .long("probe.bpf-stats")
+            .action(ArgAction::SetTrue)
+            .overrides_with("no-probe.bpf-stats")
+            .help("Export usescope_bpf_program_* by enabling the kernel's BPF run-time statistics (default: enabled). They cost every BPF program on the host two clock reads per run; --no-probe.bpf-stats turns them off"),
+    )
+    .arg(
+        Arg::new("no-probe.bpf-stats")
+            .long("no-probe.bpf-stats")
+            .action(ArgAction::SetTrue)
+            .overrides_with("probe.bpf-stats")
+            .hide(true),
+    )
 }
 
 pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSettings {
@@ -119,6 +137,7 @@ pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSetting
             .copied()
             .unwrap_or(DEFAULT_RUNQLAT_MAX_TASKS),
         drops_protocol_label: m.get_flag("probe.drops.protocol-label"),
+        bpf_stats: !m.get_flag("no-probe.bpf-stats"),
     }
 }
 
@@ -229,8 +248,9 @@ pub fn attach(settings: &ProbeSettings, scraper: &mut Scraper) -> Probes {
 }
 
 /// Turns on the kernel's per-program run-time statistics for as long as the
-/// returned fd lives. They cost every BPF program on the host a clock read
-/// per run, which is why the kernel keeps them off by default.
+/// returned fd lives. They cost every BPF program on the host two clock
+/// reads per run, which is why the kernel keeps them off by default (and
+/// why `--no-probe.bpf-stats` exists).
 fn enable_stats() -> Option<OwnedFd> {
     match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
         Ok(fd) => Some(fd),
@@ -261,6 +281,7 @@ mod tests {
         assert!(!c.probes.runqlat_per_cpu);
         assert_eq!(c.probes.runqlat_max_tasks, 10240);
         assert!(!c.probes.drops_protocol_label);
+        assert!(c.probes.bpf_stats);
         assert_eq!(c.probes.enabled, ["runqlat", "cachestat", "drops"]);
         let c = crate::cli::parse([
             "usescope",
@@ -268,8 +289,10 @@ mod tests {
             "--probe.runqlat.max-tasks=64",
             "--probe.drops.protocol-label",
             "--no-probe.cachestat",
+            "--no-probe.bpf-stats",
         ])
         .unwrap();
+        assert!(!c.probes.bpf_stats);
         assert!(c.probes.runqlat_per_cpu);
         assert_eq!(c.probes.runqlat_max_tasks, 64);
         assert!(c.probes.drops_protocol_label);

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Probe overhead: each workload with its probe off and on, alternating.
+
+For every workload and run, three timings:
+  off     no usescope running;
+  on      usescope with only the matching probe, default flags (kernel BPF
+          run-time statistics on), scraping the probe's program run
+          counters (usescope_bpf_program_runs_total) before and after to
+          count the events the probe handled;
+  nostats the same with --no-probe.bpf-stats (the kernel's statistics add
+          two clock reads to every BPF program run on the host).
+Overhead per event = (median on - median off) / median events, likewise
+for nostats (same workload, so the same event count). Also reported: the
+kernel's own run time per program run (run_seconds / runs), i.e. the cost
+inside the BPF program, without the tracepoint dispatch around it.
+
+Usage: bench.py USESCOPE_BINARY WORKLOAD_BINARY DATA_DIR [RUNS]
+"""
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+WORKLOADS = [
+    # name, probe, argv after the workload binary
+    ("runqlat: thread ping-pong (100k round trips)", "runqlat", ["pingpong", "100000"]),
+    ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
+    ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
+    ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
+]
+PROBES = ["runqlat", "cachestat", "drops"]
+
+
+def start(usescope, probe, extra=()):
+    args = [usescope, "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults", "--collector.loadavg", *extra]
+    args += [f"--no-probe.{p}" for p in PROBES if p != probe]
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        m = re.search(r'address="?([0-9.:]+)"?', line)
+        if "usescope listening" in line and m:
+            return proc, m.group(1)
+    raise SystemExit("usescope did not start")
+
+
+def stop(proc):
+    proc.terminate()
+    proc.wait()
+
+
+def scrape(addr, probe):
+    text = urllib.request.urlopen(f"http://{addr}/metrics").read().decode()
+    up = re.search(rf'usescope_probe_up{{probe="{probe}"}} (\S+)', text)
+    if not up or up.group(1) != "1":
+        raise SystemExit(f"probe {probe} is not up")
+    runs = seconds = 0.0
+    for m in re.finditer(rf'usescope_bpf_program_runs_total{{probe="{probe}",[^}}]*}} (\S+)', text):
+        runs += float(m.group(1))
+    for m in re.finditer(rf'usescope_bpf_program_run_seconds_total{{probe="{probe}",[^}}]*}} (\S+)', text):
+        seconds += float(m.group(1))
+    return runs, seconds
+
+
+def timed(workload, argv):
+    """CPU nanoseconds of the workload's measured part."""
+    out = subprocess.run([workload] + argv, check=True, capture_output=True, text=True)
+    return int(out.stdout.strip())
+
+
+def main():
+    usescope, workload, data = sys.argv[1], sys.argv[2], sys.argv[3]
+    runs = int(sys.argv[4]) if len(sys.argv) > 4 else 7
+    path = os.path.join(data, "bench.bin")
+    with open(path, "wb") as f:
+        for _ in range(64):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    rows = []
+    for name, probe, argv in WORKLOADS:
+        argv = [a.format(file=path) for a in argv]
+        off, on, nostats, events, inside = [], [], [], [], []
+        timed(workload, argv)  # warm-up
+        for _ in range(runs):
+            off.append(timed(workload, argv))
+            proc, addr = start(usescope, probe)
+            try:
+                r0, s0 = scrape(addr, probe)
+                on.append(timed(workload, argv))
+                r1, s1 = scrape(addr, probe)
+            finally:
+                stop(proc)
+            events.append(r1 - r0)
+            inside.append((s1 - s0) * 1e9 / max(r1 - r0, 1))
+            proc, _ = start(usescope, probe, ["--no-probe.bpf-stats"])
+            try:
+                nostats.append(timed(workload, argv))
+            finally:
+                stop(proc)
+        m_off, m_on, m_ns, m_ev = (statistics.median(x) for x in (off, on, nostats, events))
+        row = (name, runs, m_off / 1e6, m_on / 1e6, m_ns / 1e6, m_ev,
+               (m_on - m_off) / m_ev, (m_ns - m_off) / m_ev, statistics.median(inside))
+        rows.append(row)
+        print("{}: {} runs, off {:.1f} ms, on {:.1f} ms, on without stats {:.1f} ms, "
+              "{:.0f} events, {:.0f} ns/event, {:.0f} ns/event without stats, "
+              "in-program {:.0f} ns".format(*row), flush=True)
+    os.unlink(path)
+    print()
+    print("| workload | runs | median CPU off (ms) | median CPU on (ms) | median CPU on, no stats (ms) "
+          "| median events | ns/event | ns/event, no stats | in-program ns/run |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |".format(*r))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+//! Workloads for the probe-overhead benchmark. Each prints the CPU time
+//! (user + system, all threads) of its measured part in nanoseconds on
+//! stdout. CPU time rather than wall time: the probes' work runs in the
+//! workload's own syscalls and scheduler transitions, and CPU time is not
+//! inflated by other processes competing for the machine.
+//!
+//!   workload pingpong N        N round trips between two threads over pipes
+//!   workload udp N             N UDP datagrams to a closed port on 127.0.0.1
+//!   workload warm FILE N       N 4 KiB preads of a cached file
+//!   workload cold FILE         evict FILE from the page cache, read it once
+//!
+//! Built with plain `rustc -O` (std only) by run.sh.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::UdpSocket;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::{AsRawFd, FromRawFd};
+
+#[repr(C)]
+#[derive(Default)]
+struct Timeval {
+    sec: i64,
+    usec: i64,
+}
+
+/// struct rusage: two timevals, then 14 longs we do not read.
+#[repr(C)]
+#[derive(Default)]
+struct Rusage {
+    utime: Timeval,
+    stime: Timeval,
+    rest: [i64; 14],
+}
+
+const RUSAGE_SELF: i32 = 0;
+
+unsafe extern "C" {
+    fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+    fn pipe(fds: *mut i32) -> i32;
+    fn posix_fadvise(fd: i32, offset: i64, len: i64, advice: i32) -> i32;
+}
+
+const POSIX_FADV_DONTNEED: i32 = 4;
+
+/// Process CPU time so far (all threads), in nanoseconds.
+fn cpu_ns() -> u128 {
+    let mut u = Rusage::default();
+    // SAFETY: getrusage fills the struct we pass.
+    assert_eq!(unsafe { getrusage(RUSAGE_SELF, &mut u) }, 0);
+    let ns = |t: &Timeval| t.sec as u128 * 1_000_000_000 + t.usec as u128 * 1000;
+    ns(&u.utime) + ns(&u.stime)
+}
+
+/// A CPU-time stopwatch, named like Instant for readability below.
+struct Instant(u128);
+
+impl Instant {
+    fn now() -> Instant {
+        Instant(cpu_ns())
+    }
+    fn elapsed(&self) -> Elapsed {
+        Elapsed(cpu_ns() - self.0)
+    }
+}
+
+struct Elapsed(u128);
+
+impl Elapsed {
+    fn as_nanos(&self) -> u128 {
+        self.0
+    }
+}
+
+fn pipe_pair() -> (File, File) {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe writes two fds into the array.
+    assert_eq!(unsafe { pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the fds are fresh and owned by the returned Files.
+    unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) }
+}
+
+fn pingpong(n: u64) -> u128 {
+    let (mut a_rx, mut a_tx) = pipe_pair();
+    let (mut b_rx, mut b_tx) = pipe_pair();
+    let peer = std::thread::spawn(move || {
+        let mut b = [0u8; 1];
+        for _ in 0..n {
+            a_rx.read_exact(&mut b).unwrap();
+            b_tx.write_all(&b).unwrap();
+        }
+    });
+    let mut b = [0u8; 1];
+    let start = Instant::now();
+    for _ in 0..n {
+        a_tx.write_all(&b).unwrap();
+        b_rx.read_exact(&mut b).unwrap();
+    }
+    peer.join().unwrap();
+    // After the join, so the peer thread's CPU time is included.
+    start.elapsed().as_nanos()
+}
+
+fn udp(n: u64) -> u128 {
+    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = closed.local_addr().unwrap();
+    drop(closed);
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let start = Instant::now();
+    for _ in 0..n {
+        let _ = s.send_to(b"x", target);
+    }
+    start.elapsed().as_nanos()
+}
+
+fn warm(path: &str, n: u64) -> u128 {
+    let f = File::open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    let pages = (len / 4096).max(1);
+    let mut buf = [0u8; 4096];
+    for p in 0..pages {
+        f.read_at(&mut buf, p * 4096).unwrap();
+    }
+    let start = Instant::now();
+    for i in 0..n {
+        f.read_at(&mut buf, (i % pages) * 4096).unwrap();
+    }
+    start.elapsed().as_nanos()
+}
+
+fn cold(path: &str) -> u128 {
+    let mut f = File::open(path).unwrap();
+    // SAFETY: valid fd; drops the file's clean pages from the cache.
+    assert_eq!(unsafe { posix_fadvise(f.as_raw_fd(), 0, 0, POSIX_FADV_DONTNEED) }, 0);
+    let mut buf = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    while f.read(&mut buf).unwrap() > 0 {}
+    start.elapsed().as_nanos()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let num = |i: usize| arg(i).parse::<u64>().expect("a count");
+    let ns = match arg(1) {
+        "pingpong" => pingpong(num(2)),
+        "udp" => udp(num(2)),
+        "warm" => warm(arg(2), num(3)),
+        "cold" => cold(arg(2)),
+        other => {
+            eprintln!("unknown workload {other:?}");
+            std::process::exit(2);
+        }
+    };
+    println!("{ns}");
+}
