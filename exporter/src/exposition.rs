@@ -259,15 +259,23 @@ impl<'b> Encoder<'b> {
     }
 }
 
+/// Copies `s`, escaping `\\`, newline and (in label values) `"`. Runs
+/// without special bytes are copied in bulk: almost every string has none.
 fn write_escaped(buf: &mut Vec<u8>, s: &str, quote: bool) {
-    for &b in s.as_bytes() {
-        match b {
-            b'\\' => buf.extend_from_slice(b"\\\\"),
-            b'\n' => buf.extend_from_slice(b"\\n"),
-            b'"' if quote => buf.extend_from_slice(b"\\\""),
-            _ => buf.push(b),
-        }
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'"' if quote => b"\\\"",
+            _ => continue,
+        };
+        buf.extend_from_slice(&bytes[start..i]);
+        buf.extend_from_slice(escaped);
+        start = i + 1;
     }
+    buf.extend_from_slice(&bytes[start..]);
 }
 
 fn write_value(buf: &mut Vec<u8>, v: Value) {

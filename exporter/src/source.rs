@@ -29,7 +29,9 @@ pub struct SourceFile {
     /// Whether the file existed at the last read; a change is logged once.
     present: Option<bool>,
     kept: Option<File>,
+    /// Read buffer, initialised to its full length; `len` bytes are valid.
     buf: Vec<u8>,
+    len: usize,
     /// Largest read request; sysctl reads allocate a kernel buffer as large
     /// as the request, so those are created with a small one.
     chunk: usize,
@@ -45,8 +47,9 @@ impl SourceFile {
             path: root.join(relative),
             present: None,
             kept: None,
-            buf: Vec::with_capacity(4096),
-            chunk: 16 * 1024,
+            buf: Vec::new(),
+            len: 0,
+            chunk: usize::MAX,
         }
     }
 
@@ -54,7 +57,6 @@ impl SourceFile {
     pub fn small(root: &Path, relative: &str) -> SourceFile {
         SourceFile {
             chunk: 64,
-            buf: Vec::with_capacity(64),
             ..SourceFile::new(root, relative)
         }
     }
@@ -81,11 +83,12 @@ impl SourceFile {
             }
             Err(e) => return Err(CollectError::io(&self.path, e)),
         }
-        match std::str::from_utf8(&self.buf) {
+        let data = &self.buf[..self.len];
+        match std::str::from_utf8(data) {
             Ok(s) => Ok(Read::Text(s)),
             Err(e) => {
                 let at = e.valid_up_to();
-                let line = 1 + self.buf[..at].iter().filter(|&&b| b == b'\n').count();
+                let line = 1 + data[..at].iter().filter(|&&b| b == b'\n').count();
                 Err(CollectError::parse(
                     &self.path,
                     line,
@@ -113,14 +116,17 @@ impl SourceFile {
     fn read_bytes(&mut self) -> io::Result<()> {
         if let Some(f) = self.kept.as_ref() {
             match read_all_at(f, &mut self.buf, self.chunk) {
-                Ok(()) => return Ok(()),
+                Ok(n) => {
+                    self.len = n;
+                    return Ok(());
+                }
                 // The file may have gone away (module unloaded) or been
                 // replaced: drop the descriptor and try a fresh open.
                 Err(_) => self.kept = None,
             }
         }
         let f = File::open(&self.path)?;
-        read_all_at(&f, &mut self.buf, self.chunk)?;
+        self.len = read_all_at(&f, &mut self.buf, self.chunk)?;
         if is_kernel_fs(&f) {
             self.kept = Some(f);
         }
@@ -128,34 +134,27 @@ impl SourceFile {
     }
 }
 
-/// Reads a whole file from offset 0 into `buf`, growing it as needed.
-fn read_all_at(f: &File, buf: &mut Vec<u8>, chunk: usize) -> io::Result<()> {
-    buf.clear();
-    let mut off = 0usize;
+/// Reads a whole file from offset 0 into `buf` and returns its length.
+///
+/// `buf` is kept initialised to its full length across reads, so a read
+/// never zero-fills spare space again (that memset was a quarter of a
+/// scrape's instructions); it only grows, doubling, when a file outgrows it.
+/// No request is larger than `max_request` bytes.
+fn read_all_at(f: &File, buf: &mut Vec<u8>, max_request: usize) -> io::Result<usize> {
+    let min_spare = max_request.min(4096);
+    let mut filled = 0usize;
     loop {
-        if buf.capacity() - buf.len() < chunk {
-            buf.reserve(chunk);
+        if buf.len() - filled < min_spare {
+            let grown = (buf.len() * 2).max(filled + min_spare);
+            buf.resize(grown, 0);
         }
-        let len = buf.len();
-        let spare = buf.capacity() - len;
-        let want = spare.min(chunk.max(spare / 2)).max(1);
-        buf.resize(len + want, 0);
-        let n = match f.read_at(&mut buf[len..len + want], off as u64) {
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {
-                buf.truncate(len);
-                continue;
-            }
-            Err(e) => {
-                buf.truncate(len);
-                return Err(e);
-            }
-        };
-        buf.truncate(len + n);
-        if n == 0 {
-            return Ok(());
+        let end = buf.len().min(filled.saturating_add(max_request));
+        match f.read_at(&mut buf[filled..end], filled as u64) {
+            Ok(0) => return Ok(filled),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        off += n;
     }
 }
 

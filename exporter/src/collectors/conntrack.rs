@@ -95,7 +95,7 @@ const STATS: [(&str, Desc); 8] = [
 
 /// Parses a sysctl holding one unsigned decimal number (`262144\n`).
 pub fn parse_sysctl(s: &str) -> Result<u64, ParseError> {
-    let mut f = s.split_whitespace();
+    let mut f = s.split_ascii_whitespace();
     let v = u64_field(next_field(&mut f, 1, "value")?, 1, "value")?;
     match f.next() {
         None => Ok(v),
@@ -142,7 +142,7 @@ pub fn parse_stat(s: &str) -> Result<StatSums, ParseError> {
 fn header_columns(header: &str) -> Result<([Option<usize>; STATS.len()], usize), ParseError> {
     let mut columns = [None; STATS.len()];
     let mut width = 0;
-    for (i, name) in header.split_whitespace().enumerate() {
+    for (i, name) in header.split_ascii_whitespace().enumerate() {
         if !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
             return Err(ParseError::new(
                 1,
@@ -168,7 +168,7 @@ fn add_row(
     sums: &mut [Option<u64>; STATS.len()],
 ) -> Result<(), ParseError> {
     let mut n = 0;
-    for (i, tok) in line.split_whitespace().enumerate() {
+    for (i, tok) in line.split_ascii_whitespace().enumerate() {
         if i >= width {
             return Err(width_mismatch(line, lineno, width));
         }
@@ -195,7 +195,7 @@ fn width_mismatch(line: &str, lineno: usize, width: usize) -> ParseError {
         lineno,
         format!(
             "row has {} columns but the header names {width}",
-            line.split_whitespace().count()
+            line.split_ascii_whitespace().count()
         ),
     )
 }

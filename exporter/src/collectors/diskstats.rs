@@ -211,7 +211,7 @@ pub fn parse(s: &str) -> impl Iterator<Item = Result<Disk<'_>, ParseError>> {
 }
 
 fn parse_line(line: &str, lineno: usize) -> Result<Disk<'_>, ParseError> {
-    let mut f = line.split_whitespace();
+    let mut f = line.split_ascii_whitespace();
     let major = u64_field(next_field(&mut f, lineno, "major")?, lineno, "major")?;
     let minor = u64_field(next_field(&mut f, lineno, "minor")?, lineno, "minor")?;
     let name = next_field(&mut f, lineno, "device name")?;

@@ -174,7 +174,7 @@ fn parse_row(
         ));
     }
     let start = out.counts.len();
-    let mut words = rest.split_whitespace();
+    let mut words = rest.split_ascii_whitespace();
     for tok in words.by_ref().take(out.cpus.len()) {
         out.counts.push(u64_field(tok, n, name)?);
     }
@@ -231,7 +231,7 @@ pub fn normalize<'b>(raw: &'b str, buf: &'b mut String) -> &'b str {
         return raw;
     }
     buf.clear();
-    for (i, w) in raw.split_whitespace().enumerate() {
+    for (i, w) in raw.split_ascii_whitespace().enumerate() {
         if i > 0 {
             buf.push(' ');
         }

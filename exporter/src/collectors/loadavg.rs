@@ -30,7 +30,7 @@ pub fn parse(s: &str) -> Result<LoadAvg, ParseError> {
         .lines()
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
-    let mut f = line.split_whitespace();
+    let mut f = line.split_ascii_whitespace();
     let avg = LoadAvg {
         one: f64_field(next_field(&mut f, 1, "load1")?, 1, "load1")?,
         five: f64_field(next_field(&mut f, 1, "load5")?, 1, "load5")?,

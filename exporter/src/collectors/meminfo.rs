@@ -124,7 +124,7 @@ pub fn parse(s: &str) -> Result<MemInfo, ParseError> {
     };
     for (i, line) in s.lines().enumerate() {
         let n = i + 1;
-        let mut tokens = line.split_whitespace();
+        let mut tokens = line.split_ascii_whitespace();
         // Some old kernels print stray empty lines; node_exporter skipped them.
         let Some(key) = tokens.next() else { continue };
         let key = key

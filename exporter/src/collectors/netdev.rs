@@ -150,7 +150,7 @@ fn check_columns(line: &str) -> Result<(), ParseError> {
         }
     };
     for (half, names, want) in [("receive", rx, &RECEIVE), ("transmit", tx, &TRANSMIT)] {
-        if !names.split_whitespace().eq(want.iter().copied()) {
+        if !names.split_ascii_whitespace().eq(want.iter().copied()) {
             return Err(ParseError::new(
                 2,
                 format!("unexpected {half} columns {:?}", names.trim()),
@@ -190,7 +190,7 @@ fn parse_interface(line: &str, lineno: usize) -> Result<Interface<'_>, ParseErro
     }
     let mut values = [0u64; COLUMNS];
     let mut n = 0;
-    for (i, tok) in rest.split_whitespace().enumerate() {
+    for (i, tok) in rest.split_ascii_whitespace().enumerate() {
         let slot = values.get_mut(i).ok_or_else(|| {
             ParseError::new(lineno, format!("{name}: more than {COLUMNS} counters"))
         })?;

@@ -64,8 +64,8 @@ impl<'a> Section<'a> {
     /// `(field name, value token)` in file order.
     pub fn fields(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
         self.names
-            .split_whitespace()
-            .zip(self.values.split_whitespace())
+            .split_ascii_whitespace()
+            .zip(self.values.split_ascii_whitespace())
     }
 }
 
@@ -105,27 +105,38 @@ fn section<'a>(
             format!("values for {vproto:?} follow the {proto:?} header"),
         ));
     }
-    let (n_names, n_values) = (
-        names.split_whitespace().count(),
-        vals.split_whitespace().count(),
+    // One pass over names and values together: validate each pair, and
+    // count both sides only when their lengths turn out to differ.
+    let (mut name_it, mut value_it) = (
+        names.split_ascii_whitespace(),
+        vals.split_ascii_whitespace(),
     );
-    if n_names != n_values {
-        return Err(ParseError::new(
-            line,
-            format!("{proto}: {n_names} names but {n_values} values"),
-        ));
-    }
-    if n_names == 0 {
-        return Err(ParseError::new(line, format!("{proto}: no fields")));
-    }
-    for (name, tok) in names.split_whitespace().zip(vals.split_whitespace()) {
-        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(ParseError::new(
-                header_line,
-                format!("{proto}: invalid field name {name:?}"),
-            ));
+    let mut n = 0;
+    loop {
+        match (name_it.next(), value_it.next()) {
+            (Some(name), Some(tok)) => {
+                if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    return Err(ParseError::new(
+                        header_line,
+                        format!("{proto}: invalid field name {name:?}"),
+                    ));
+                }
+                number(tok, line, name)?;
+                n += 1;
+            }
+            (None, None) => break,
+            (extra_name, extra_value) => {
+                let n_names = n + usize::from(extra_name.is_some()) + name_it.count();
+                let n_values = n + usize::from(extra_value.is_some()) + value_it.count();
+                return Err(ParseError::new(
+                    line,
+                    format!("{proto}: {n_names} names but {n_values} values"),
+                ));
+            }
         }
-        number(tok, line, name)?;
+    }
+    if n == 0 {
+        return Err(ParseError::new(line, format!("{proto}: no fields")));
     }
     Ok(Section {
         proto,
@@ -170,7 +181,7 @@ pub fn parse_snmp6(s: &str) -> impl Iterator<Item = Result<Snmp6Field<'_>, Parse
 }
 
 fn snmp6_line(line: &str, lineno: usize) -> Result<Snmp6Field<'_>, ParseError> {
-    let mut toks = line.split_whitespace();
+    let mut toks = line.split_ascii_whitespace();
     let (name, tok) = match (toks.next(), toks.next(), toks.next()) {
         (Some(name), Some(tok), None) => (name, tok),
         _ => {

@@ -90,7 +90,7 @@ pub fn parse(s: &str) -> Result<Psi, ParseError> {
     };
     for (i, line) in s.lines().enumerate() {
         let n = i + 1;
-        let mut tokens = line.split_whitespace();
+        let mut tokens = line.split_ascii_whitespace();
         let Some(kind) = tokens.next() else { continue };
         let slot = match kind {
             "some" => &mut psi.some_total_us,

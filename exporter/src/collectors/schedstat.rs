@@ -89,7 +89,7 @@ pub fn parse_into(s: &str, out: &mut Schedstat) -> Result<(), ParseError> {
     out.version = parse_version(lines.next().unwrap_or(""))?;
     for (i, line) in lines.enumerate() {
         let n = i + 2;
-        let mut f = line.split_whitespace();
+        let mut f = line.split_ascii_whitespace();
         let Some(id) = f.next().and_then(|k| k.strip_prefix("cpu")) else {
             continue;
         };
@@ -108,7 +108,7 @@ pub fn parse_into(s: &str, out: &mut Schedstat) -> Result<(), ParseError> {
 }
 
 fn parse_version(line: &str) -> Result<u64, ParseError> {
-    let mut f = line.split_whitespace();
+    let mut f = line.split_ascii_whitespace();
     if f.next() != Some("version") {
         return Err(ParseError::new(
             1,

@@ -36,7 +36,7 @@ pub struct Line<'a> {
 impl<'a> Line<'a> {
     /// `(key, value token)` pairs in file order.
     pub fn pairs(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        let mut toks = self.pairs.split_whitespace();
+        let mut toks = self.pairs.split_ascii_whitespace();
         std::iter::from_fn(move || Some((toks.next()?, toks.next()?)))
     }
 }
@@ -59,7 +59,7 @@ fn line(text: &str, lineno: usize) -> Result<Line<'_>, ParseError> {
             format!("invalid protocol name {proto:?}"),
         ));
     }
-    let n = pairs.split_whitespace().count();
+    let n = pairs.split_ascii_whitespace().count();
     if n == 0 || n % 2 != 0 {
         return Err(ParseError::new(
             lineno,

@@ -117,7 +117,7 @@ pub fn parse_into(s: &str, out: &mut Softirqs) -> Result<(), ParseError> {
 /// column positions, label the series, so gaps from offline CPUs survive.
 pub fn parse_cpu_header(line: &str, n: usize, out: &mut Vec<u32>) -> Result<(), ParseError> {
     out.clear();
-    for tok in line.split_whitespace() {
+    for tok in line.split_ascii_whitespace() {
         let id = tok
             .strip_prefix("CPU")
             .ok_or_else(|| ParseError::new(n, format!("header: expected CPUn, found {tok:?}")))?;
@@ -155,7 +155,7 @@ fn parse_row(line: &str, n: usize, out: &mut Softirqs) -> Result<(), ParseError>
     }
     let start = out.counts.len();
     let mut total = 0u64;
-    for tok in values.split_whitespace() {
+    for tok in values.split_ascii_whitespace() {
         let c = u64_field(tok, n, name)?;
         total = total
             .checked_add(c)
@@ -245,7 +245,7 @@ mod tests {
     /// kernel's enum order, which procfs names hi, timer, ... rcu.
     fn stat_softirq_line(stat: &str) -> Vec<u64> {
         let line = stat.lines().find(|l| l.starts_with("softirq ")).unwrap();
-        line.split_whitespace()
+        line.split_ascii_whitespace()
             .skip(2)
             .map(|t| t.parse().unwrap())
             .collect()

@@ -120,7 +120,7 @@ impl Iterator for Rows<'_> {
 impl Rows<'_> {
     fn row(&mut self, index: usize, line: &str) -> Result<CpuRow, ParseError> {
         let lineno = index + 1;
-        let width = line.split_whitespace().count();
+        let width = line.split_ascii_whitespace().count();
         if width < MIN_COLUMNS {
             return Err(ParseError::new(
                 lineno,
@@ -140,7 +140,7 @@ impl Rows<'_> {
             cpu: index as u64,
             values: [None; COLUMNS.len()],
         };
-        for (col, tok) in line.split_whitespace().enumerate() {
+        for (col, tok) in line.split_ascii_whitespace().enumerate() {
             let v = hex_u64_field(tok, lineno, "softnet column")?;
             if let Some(k) = COLUMNS.iter().position(|c| c.index == col) {
                 row.values[k] = Some(v);

@@ -126,7 +126,7 @@ pub fn parse_into(s: &str, out: &mut Stat) -> Result<(), ParseError> {
     for (i, line) in s.lines().enumerate() {
         let n = i + 1;
         lines = n;
-        let mut f = line.split_whitespace();
+        let mut f = line.split_ascii_whitespace();
         let Some(key) = f.next() else { continue };
         let slot = match key {
             "cpu" => {

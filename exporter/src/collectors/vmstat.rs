@@ -54,7 +54,7 @@ pub fn parse(s: &str) -> impl Iterator<Item = Result<Field<'_>, ParseError>> {
 }
 
 fn parse_line(line: &str, n: usize) -> Result<Field<'_>, ParseError> {
-    let mut tokens = line.split_whitespace();
+    let mut tokens = line.split_ascii_whitespace();
     let (Some(name), Some(value), None) = (tokens.next(), tokens.next(), tokens.next()) else {
         return Err(ParseError::new(
             n,

@@ -239,7 +239,7 @@ pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), Parse
     zones.clear();
     for (i, line) in s.lines().enumerate() {
         let n = i + 1;
-        let mut tokens = line.split_whitespace();
+        let mut tokens = line.split_ascii_whitespace();
         let Some(key) = tokens.next() else { continue };
         if key == "Node" {
             let zone = header(line, n)?;
@@ -282,7 +282,7 @@ pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), Parse
 /// Parses `Node 0, zone   Normal`.
 fn header(line: &str, n: usize) -> Result<Zone<'_>, ParseError> {
     let bad = || ParseError::new(n, format!("expected `Node N, zone NAME`, found {line:?}"));
-    let mut t = line.split_whitespace().skip(1);
+    let mut t = line.split_ascii_whitespace().skip(1);
     let (Some(node), Some("zone"), Some(zone), None) = (t.next(), t.next(), t.next(), t.next())
     else {
         return Err(bad());

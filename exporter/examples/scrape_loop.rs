@@ -1,0 +1,30 @@
+//! Runs N scrapes in-process with every default collector and no HTTP, for
+//! profilers: `cargo build --release --example scrape_loop` then
+//! `valgrind --tool=callgrind target/release/examples/scrape_loop 200 /proc`.
+//!
+//! Prints the mean wall time per scrape and the output size.
+
+use std::time::Instant;
+
+use usescope::collector::Scraper;
+use usescope::collectors::{self, Settings};
+use usescope::exposition::Format;
+use usescope::self_metrics::SelfMetrics;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let procfs = args.next().unwrap_or_else(|| "/proc".to_string());
+    let settings = Settings::with_roots(procfs, "/sys");
+    let mut scraper = Scraper::new(SelfMetrics::new());
+    for spec in collectors::ALL.iter().filter(|s| s.default_enabled) {
+        scraper.add(spec.name, (spec.build)(&settings));
+    }
+    let mut bytes = 0;
+    let start = Instant::now();
+    for _ in 0..n {
+        bytes = scraper.scrape(Format::PrometheusText).len();
+    }
+    let per = start.elapsed() / n as u32;
+    println!("{n} scrapes, {per:?} per scrape, {bytes} bytes");
+}
