@@ -23,9 +23,24 @@ RUN cargo build --release --locked -p usescope \
 
 FROM debian:bookworm-slim
 COPY --from=build /src/target/release/usescope /usr/local/bin/usescope
-# Started as root inside the container only so that the capabilities granted
-# by the runtime (see docker-compose.yml) are effective while the probes load;
-# usescope then clears every capability and sets no_new_privs.
+# Non-root with file capabilities: Docker and Kubernetes give a non-root
+# process no capabilities except through the binary's file capabilities, so
+# the binary carries exactly the start-up set (docs/deployment.md):
+#   cap_bpf, cap_perfmon  load and attach the probes
+#   cap_sys_admin         BPF_ENABLE_STATS only (usescope_bpf_program_*)
+#   cap_setpcap           empty the bounding set before dropping everything
+# "+ep": permitted and effective from exec, because usescope does not raise
+# capabilities itself.
+# The runtime must still allow them (cap_add), and must NOT set
+# no-new-privileges, which disables file capabilities; usescope sets
+# no_new_privs itself as soon as its probes are attached and its
+# capabilities are dropped (CapEff 0 afterwards).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libcap2-bin \
+ && setcap cap_bpf,cap_perfmon,cap_sys_admin,cap_setpcap+ep /usr/local/bin/usescope \
+ && apt-get purge -y libcap2-bin && apt-get autoremove -y \
+ && rm -rf /var/lib/apt/lists/*
+USER 65534:65534
 EXPOSE 9200
 ENTRYPOINT ["/usr/local/bin/usescope"]
 CMD ["--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--web.listen-address=:9200"]
