@@ -10,7 +10,7 @@ packages=(
   clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
   prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
   docker-compose                  # offline validation of docker-compose.yml
-  python3 python3-venv curl openssl ca-certificates util-linux
+  python3 python3-venv curl openssl ca-certificates util-linux libcap2-bin
   systemd                         # systemd-analyze verify of the unit file
   wrk                             # the load test
 )

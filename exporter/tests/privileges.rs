@@ -64,6 +64,49 @@ fn runtime_user_switches_uid() {
     assert!(d.stop().success());
 }
 
+/// The container model (Dockerfile): a non-root process whose binary carries
+/// file capabilities attaches its probes, then holds no capability at all.
+#[test]
+fn non_root_with_file_capabilities_attaches_then_drops_everything() {
+    if !can_run_bpf("non_root_with_file_capabilities_attaches_then_drops_everything") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("usescope-filecaps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("usescope");
+    std::fs::copy(common::bin(), &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let setcap = std::process::Command::new("setcap")
+        .args(["cap_bpf,cap_perfmon,cap_sys_admin,cap_setpcap+ep"])
+        .arg(&bin)
+        .status()
+        .expect("setcap (libcap2-bin)");
+    assert!(setcap.success());
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&bin);
+    let d = Daemon::try_start_with(cmd, &[]).expect("usescope as uid 65534");
+    let pid = d.child.id();
+    assert!(
+        status_field(pid, "Uid")
+            .split_whitespace()
+            .all(|u| u == "65534")
+    );
+    let expo = d.scrape();
+    for probe in ["runqlat", "cachestat", "drops"] {
+        assert!(
+            expo.contains(&format!("usescope_probe_up{{probe=\"{probe}\"}} 1")),
+            "{probe} did not attach from file capabilities:\n{}",
+            d.log().join("\n")
+        );
+    }
+    assert_no_capabilities(&d);
+    assert!(d.stop().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn unknown_runtime_user_fails_startup_with_one_line() {
     let out = std::process::Command::new(common::bin())

@@ -34,7 +34,13 @@ impl Daemon {
     }
 
     pub fn try_start(args: &[&str]) -> Result<Daemon, String> {
-        let mut child = Command::new(bin())
+        Daemon::try_start_with(Command::new(bin()), args)
+    }
+
+    /// Starts `cmd` (usescope, possibly behind a wrapper such as setpriv)
+    /// with a loopback listen address plus `args`.
+    pub fn try_start_with(mut cmd: Command, args: &[&str]) -> Result<Daemon, String> {
+        let mut child = cmd
             .arg("--web.listen-address=127.0.0.1:0")
             .args(args)
             .stdout(Stdio::null())
