@@ -1,7 +1,11 @@
 //! The `usescope` daemon: parse flags, set up logging, build the collectors,
 //! attach the probes, serve HTTP until SIGTERM/SIGINT, then detach and exit 0.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
@@ -77,6 +81,9 @@ fn init_logging(config: &Config) {
 }
 
 async fn run(config: Config) -> Result<(), String> {
+    // Installed first: a signal that arrives during start-up must reach our
+    // handlers, not the default action that kills the process outright.
+    let signals = Signals::install()?;
     let web_config = match &config.web_config_file {
         Some(path) => WebConfig::load(path)?,
         None => WebConfig::none(),
@@ -106,19 +113,14 @@ async fn run(config: Config) -> Result<(), String> {
     let state = http::AppState::new(scraper, config.max_requests, &config.telemetry_path);
     let limits = Limits::default();
     let web = WebState::new(web_config, &limits);
-    if let Some(path) = config.web_config_file.clone() {
-        tokio::spawn(reload_on_sighup(path, web.clone()));
-    }
+    tokio::spawn(reload_on_sighup(
+        signals.hup,
+        config.web_config_file.clone(),
+        web.clone(),
+    ));
     let app = server::guard(http::router(state.clone()), web.clone());
-    server::serve(
-        listener,
-        app,
-        web,
-        limits,
-        shutdown_signal(),
-        SHUTDOWN_DRAIN,
-    )
-    .await;
+    let shutdown = wait_for_shutdown(signals.term, signals.int);
+    server::serve(listener, app, web, limits, shutdown, SHUTDOWN_DRAIN).await;
     // Detach every probe before exiting: dropping the scraper drops the
     // probe collectors, and dropping `probes` drops the loaded programs.
     drop(state);
@@ -130,16 +132,37 @@ async fn run(config: Config) -> Result<(), String> {
 /// How long in-flight scrapes may run after SIGTERM before we exit anyway.
 const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(4);
 
+/// The signal streams, created before anything else so that none of
+/// SIGTERM, SIGINT or SIGHUP can hit its default action after start-up.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        let get = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| format!("cannot install the {name} handler: {e}"))
+        };
+        Ok(Signals {
+            term: get(SignalKind::terminate(), "SIGTERM")?,
+            int: get(SignalKind::interrupt(), "SIGINT")?,
+            hup: get(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+}
+
 /// SIGHUP re-reads `--web.config.file`. A bad file keeps the previous
-/// configuration and logs why; the listener is never closed.
-async fn reload_on_sighup(path: std::path::PathBuf, web: std::sync::Arc<WebState>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::error!("cannot install SIGHUP handler; web config reload disabled");
-        return;
-    };
+/// configuration and logs why; the listener is never closed. Without a
+/// config file SIGHUP is logged and otherwise ignored.
+async fn reload_on_sighup(mut hup: Signal, path: Option<PathBuf>, web: Arc<WebState>) {
     while hup.recv().await.is_some() {
-        match WebConfig::load(&path) {
+        let Some(path) = &path else {
+            tracing::info!("received SIGHUP; no --web.config.file to reload");
+            continue;
+        };
+        match WebConfig::load(path) {
             Ok(c) => {
                 web.replace(c);
                 tracing::info!(file = %path.display(), "web config reloaded");
@@ -151,17 +174,9 @@ async fn reload_on_sighup(path: std::path::PathBuf, web: std::sync::Arc<WebState
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
-            return std::future::pending().await;
-        }
-    };
+async fn wait_for_shutdown(mut term: Signal, mut int: Signal) {
     tokio::select! {
         _ = term.recv() => tracing::info!("received SIGTERM, shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("received SIGINT, shutting down"),
+        _ = int.recv() => tracing::info!("received SIGINT, shutting down"),
     }
 }

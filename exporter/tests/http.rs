@@ -127,3 +127,30 @@ fn unusable_listen_address_exits_nonzero_with_one_line() {
         "{err}"
     );
 }
+
+#[test]
+fn signals_right_after_start_are_handled() {
+    // SIGTERM at once after "listening", many times: always a clean exit 0,
+    // never death by the default signal action.
+    for _ in 0..10 {
+        let d = fixture_daemon();
+        let status = d.stop();
+        assert_eq!(status.code(), Some(0), "{status:?}");
+    }
+    // SIGHUP without --web.config.file is logged and ignored.
+    let d = fixture_daemon();
+    unsafe { kill(d.child.id() as i32, 1) };
+    assert!(
+        d.wait_for_log(
+            "no --web.config.file to reload",
+            std::time::Duration::from_secs(5)
+        )
+        .is_some()
+    );
+    assert_eq!(d.get("/-/healthy").status, 200);
+    assert!(d.stop().success());
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
