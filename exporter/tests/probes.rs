@@ -41,15 +41,6 @@ fn probe_up(d: &Daemon, expo: &str, probe: &str) -> bool {
     false
 }
 
-/// SIGTERM and wait. The short pause works around a start-up race in the
-/// daemon (main.rs installs its SIGTERM handler on the first poll of the
-/// shutdown future, which can come after the first scrape is answered; a
-/// SIGTERM before that kills it with status 15 instead of exiting 0).
-fn stop(d: Daemon) -> std::process::ExitStatus {
-    std::thread::sleep(Duration::from_millis(200));
-    d.stop()
-}
-
 fn drops(expo: &str, reason: &str) -> f64 {
     sample(
         expo,
@@ -98,7 +89,7 @@ fn drops_count_udp_to_closed_port_as_no_socket() {
         ),
         Some(1.0)
     );
-    assert!(stop(d).success());
+    assert!(d.stop().success());
 }
 
 /// A directory on a disk filesystem: the page cache does not apply to
@@ -197,7 +188,7 @@ fn cachestat_cold_then_warm_read() {
         hit_ratio >= 0.95,
         "warm hit ratio {hit_ratio} (accesses {warm_accesses}, misses {warm_misses})"
     );
-    assert!(stop(d).success());
+    assert!(d.stop().success());
 }
 
 /// Voluntary context switches of one thread (each is later followed by a
@@ -320,7 +311,7 @@ fn runqlat_counts_every_wakeup_of_a_ping_pong() {
         count1 - count0
     );
     assert!(mean > 0.0 && mean < 1.0, "mean run-queue latency {mean} s");
-    assert!(stop(d).success());
+    assert!(d.stop().success());
 }
 
 #[test]
@@ -350,7 +341,7 @@ fn runqlat_tiny_start_map_skips_instead_of_corrupting() {
         missed(&after) > missed(&before),
         "evictions are counted as missed"
     );
-    assert!(stop(d).success());
+    assert!(d.stop().success());
 }
 
 /// BPF program ids held by a process, from its fds' fdinfo.
@@ -404,7 +395,7 @@ fn sigterm_detaches_every_program() {
         .collect();
     assert_eq!(names.len(), ours.len());
     assert!(names.iter().all(|(_, n)| n.starts_with("us_")), "{names:?}");
-    let status = stop(d);
+    let status = d.stop();
     assert!(status.success(), "exit status {status:?}");
     // The kernel frees programs asynchronously (RCU, then a workqueue)
     // after their last fd closes, so give it a moment.
@@ -445,7 +436,7 @@ fn second_instance_does_not_disturb_the_first() {
     );
     assert!(v4.unwrap_or(0.0) >= 50.0, "protocol label: {v4:?}");
     assert!(e2.contains("usescope_runqueue_latency_seconds_count{cpu=\"0\"}"));
-    assert!(stop(second).success());
+    assert!(second.stop().success());
 
     let before = drops(&first.scrape(), "NO_SOCKET");
     udp_to_closed_port(200);
@@ -454,7 +445,7 @@ fn second_instance_does_not_disturb_the_first() {
         after - before >= 200.0,
         "first instance after the second stopped: {before} → {after}"
     );
-    assert!(stop(first).success());
+    assert!(first.stop().success());
 }
 
 /// Runs usescope as uid/gid 65534 with no capabilities, returning the child
@@ -514,8 +505,6 @@ fn without_privileges_probes_are_down_and_proc_metrics_stay() {
     let r = common::http_get(addr, "/metrics", &[]);
     assert_eq!(r.status, 200);
     let expo = r.text();
-    // See `stop` for why the pause.
-    std::thread::sleep(Duration::from_millis(200));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
