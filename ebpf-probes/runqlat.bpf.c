@@ -88,13 +88,12 @@ static __always_inline u32 bucket_of(u64 ns)
  * lookup and a store; an update or delete of an LRU hash takes a bucket
  * lock and recycles a node, several times the cost on this hot path. The
  * lookup also marks the entry used, so active tasks are not evicted. */
-static __always_inline void mark_runnable(u32 pid)
+static __always_inline void mark_runnable(u32 pid, u64 now)
 {
-	u64 now, *start;
+	u64 *start;
 
 	if (!pid) /* the idle task */
 		return;
-	now = bpf_ktime_get_ns();
 	start = bpf_map_lookup_elem(&us_rq_start, &pid);
 	if (start)
 		*start = now;
@@ -108,9 +107,12 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 	struct runqlat_hist *h;
 	u32 zero = 0, pid;
 	u64 *start, delta;
+	/* One clock read serves both tasks: prev stops running at the very
+	 * instant next starts. */
+	u64 now = bpf_ktime_get_ns();
 
 	if (preempt || task_state(prev, direct) == TASK_RUNNING)
-		mark_runnable(task_pid(prev, direct));
+		mark_runnable(task_pid(prev, direct), now);
 
 	pid = task_pid(next, direct);
 	if (!pid)
@@ -123,7 +125,7 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 		h->missed++;
 		return;
 	}
-	delta = bpf_ktime_get_ns() - *start;
+	delta = now - *start;
 	*start = 0;
 	if ((s64)delta < 0)
 		return;
@@ -134,14 +136,14 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(us_rq_wake_btf, struct task_struct *p)
 {
-	mark_runnable(task_pid(p, true));
+	mark_runnable(task_pid(p, true), bpf_ktime_get_ns());
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(us_rq_wknew_btf, struct task_struct *p)
 {
-	mark_runnable(task_pid(p, true));
+	mark_runnable(task_pid(p, true), bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -156,14 +158,14 @@ int BPF_PROG(us_rq_swtch_btf, bool preempt, struct task_struct *prev,
 SEC("raw_tp/sched_wakeup")
 int BPF_PROG(us_rq_wake_raw, struct task_struct *p)
 {
-	mark_runnable(task_pid(p, false));
+	mark_runnable(task_pid(p, false), bpf_ktime_get_ns());
 	return 0;
 }
 
 SEC("raw_tp/sched_wakeup_new")
 int BPF_PROG(us_rq_wknew_raw, struct task_struct *p)
 {
-	mark_runnable(task_pid(p, false));
+	mark_runnable(task_pid(p, false), bpf_ktime_get_ns());
 	return 0;
 }
 
