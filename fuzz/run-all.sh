@@ -28,8 +28,8 @@ logs=target/fuzz-logs
 mkdir -p "$logs"
 out=target/fuzz-results.md
 {
-  echo "| target | seconds | execs | execs/s | coverage (cov/ft) | corpus | crashes |"
-  echo "|---|---:|---:|---:|---|---:|---:|"
+  echo "| target | seconds | execs | execs/s | coverage (cov/ft) | corpus | slowest input (s) | crashes |"
+  echo "|---|---:|---:|---:|---|---:|---:|---:|"
 } >"$out"
 
 failed=0
@@ -45,6 +45,7 @@ for t in $targets; do
     >"$logs/$t.log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$t.log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$logs/$t.log")
+  slowest=$(sed -n 's/^stat::slowest_unit_time_sec: *//p' "$logs/$t.log")
   cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$logs/$t.log" | tail -1)
   crashes=$(find "artifacts/$t" -type f | wc -l)
   if ((rc != 0)); then
@@ -52,7 +53,7 @@ for t in $targets; do
     echo "FAIL $t (exit $rc), see fuzz/$logs/$t.log and fuzz/artifacts/$t/" >&2
   fi
   corp=${cov##*corp: }
-  echo "| $t | $secs | ${execs:-?} | ${rate:-?} | ${cov% corp*} | ${corp:-?} | $crashes |" >>"$out"
+  echo "| $t | $secs | ${execs:-?} | ${rate:-?} | ${cov% corp*} | ${corp:-?} | ${slowest:-?} | $crashes |" >>"$out"
   echo "done $t: ${execs:-?} execs in ${secs}s, exit $rc" >&2
 done
 cat "$out"

@@ -1,7 +1,7 @@
 //! Deterministic mutation smoke test over every parser, fast enough for CI.
 //!
-//! The coverage-guided fuzzing lives in `fuzz/` (cargo-fuzz, run by hand or
-//! nightly with `fuzz/run-all.sh`); this test runs the same entry points
+//! The coverage-guided fuzzing lives in `fuzz/` (cargo-fuzz, run by hand
+//! with `fuzz/run-all.sh`, see TESTING.md); this test runs the same entry points
 //! (`fuzz/src/lib.rs`, included below) on a fixed, seeded set of mutations
 //! of the captured (`proc`) and synthetic (`large`) fixtures: byte flips,
 //! truncation at line boundaries and mid-line, line deletion, duplication
