@@ -248,7 +248,12 @@ mod tests {
         assert!(!c.collectors.contains(&"stat"));
         let c = parse(["usescope", "--no-collector.stat", "--collector.stat"]).unwrap();
         assert!(c.collectors.contains(&"stat"));
-        let c = parse(["usescope", "--collector.interrupts", "--collector.interrupts"]).unwrap();
+        let c = parse([
+            "usescope",
+            "--collector.interrupts",
+            "--collector.interrupts",
+        ])
+        .unwrap();
         assert!(c.collectors.contains(&"interrupts"));
         let c = parse([
             "usescope",
