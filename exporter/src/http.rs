@@ -1,15 +1,20 @@
 //! The HTTP side: `/metrics` (or `--web.telemetry-path`), the landing page,
 //! `/-/healthy` and `/-/ready`.
 //!
-//! A scrape runs on tokio's blocking pool because it does synchronous file
-//! and BPF-map reads; collectors are serialised by one mutex (a scrape takes
-//! well under a millisecond, and collectors keep per-scrape state). The
+//! A scrape runs inline on the tokio worker that received the request,
+//! under an async mutex: collectors keep state between scrapes, so scrapes
+//! are serialised anyway, and waiting requests yield instead of parking a
+//! thread. Handing each scrape to the blocking pool instead cost two
+//! cross-thread wake-ups per request, which on a VM was a third of a
+//! scrape's CPU (BENCHMARKS.md). A scrape is a few hundred microseconds on
+//! a typical host, a few milliseconds on a 1024-CPU one; the runtime's
+//! second worker keeps accepting and serving meanwhile. The
 //! `--web.max-requests` semaphore turns excess concurrent scrapes into 503s
 //! instead of an unbounded queue.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -19,7 +24,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use tokio::sync::Semaphore;
+use tokio::sync::{Mutex, Semaphore};
 
 use crate::collector::Scraper;
 use crate::exposition::Format;
@@ -97,32 +102,21 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     };
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let gzip = accepts_gzip(&headers);
-    let state = st.clone();
-    let body = tokio::task::spawn_blocking(move || {
-        let mut scraper = match state.scraper.lock() {
-            Ok(g) => g,
-            // A panic inside a collector is a bug, but it must not take
-            // every later scrape down with it.
-            Err(poisoned) => poisoned.into_inner(),
-        };
+    let body = {
+        let mut scraper = st.scraper.lock().await;
         let out = scraper.scrape(format);
         if gzip {
             let mut enc = GzEncoder::new(Vec::with_capacity(out.len() / 4), Compression::fast());
-            enc.write_all(out).and_then(|_| enc.finish())
+            match enc.write_all(out).and_then(|_| enc.finish()) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(error = %e, "compressing the scrape failed");
+                    return (StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n")
+                        .into_response();
+                }
+            }
         } else {
-            Ok(out.to_vec())
-        }
-    })
-    .await;
-    let body = match body {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "compressing the scrape failed");
-            return (StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n").into_response();
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "scrape task failed");
-            return (StatusCode::INTERNAL_SERVER_ERROR, "scrape failed\n").into_response();
+            out.to_vec()
         }
     };
     let mut resp = Response::new(Body::from(body));
@@ -142,10 +136,7 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
 }
 
 async fn landing(State(st): State<Arc<AppState>>) -> Html<String> {
-    let statuses = match st.scraper.lock() {
-        Ok(g) => g.statuses(),
-        Err(p) => p.into_inner().statuses(),
-    };
+    let statuses = st.scraper.lock().await.statuses();
     let mut rows = String::new();
     for s in statuses {
         let (state, class) = match s.last_success {
