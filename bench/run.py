@@ -97,10 +97,10 @@ class Exporter:
                 time.sleep(0.1)
         raise SystemExit(f"{name} did not start")
 
-    def scrape(self):
+    def scrape(self, gzip=False):
         if self.conn is None:
             self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        self.conn.request("GET", "/metrics")
+        self.conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if gzip else {})
         r = self.conn.getresponse()
         body = r.read()
         if r.status != 200:
@@ -117,7 +117,7 @@ def pct(values, p):
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
 
 
-def sequential(exporters, rounds):
+def sequential(exporters, rounds, gzip=False):
     """Alternate scrapes; per exporter: CPU per scrape and latency percentiles."""
     lat = {e.name: [] for e in exporters}
     size = {}
@@ -125,7 +125,7 @@ def sequential(exporters, rounds):
     for _ in range(rounds):
         for e in exporters:
             t = time.perf_counter()
-            body = e.scrape()
+            body = e.scrape(gzip)
             lat[e.name].append(time.perf_counter() - t)
             size[e.name] = len(body)
     out = {}
@@ -242,6 +242,7 @@ def main():
             us.scrape()
             ne.scrape()
         seq = sequential([us, ne], rounds)
+        seq_gz = sequential([us, ne], rounds // 2, gzip=True)
         conc = {e.name: concurrent(e, 40, conc_s) for e in (us, ne)}
         hwm = {e.name: vm(e.proc.pid, "VmHWM") for e in (us, ne)}
     finally:
@@ -272,6 +273,9 @@ def main():
     w(f"| CPU per scrape, sequential (schedstat) | {u['cpu_us']:.0f} µs | {n['cpu_us']:.0f} µs | 1/{n['cpu_us'] / u['cpu_us']:.1f} |")
     w(f"| CPU per scrape, sequential (utime+stime) | {u['cpu_us_ticks']:.0f} µs | {n['cpu_us_ticks']:.0f} µs | |")
     w(f"| latency p50 / p99, one client | {u['p50_ms']:.2f} / {u['p99_ms']:.2f} ms | {n['p50_ms']:.2f} / {n['p99_ms']:.2f} ms | |")
+    ug, ng = seq_gz["usescope"], seq_gz["node_exporter"]
+    w(f"| CPU per scrape, gzip as Prometheus asks (schedstat) | {ug['cpu_us']:.0f} µs | {ng['cpu_us']:.0f} µs | 1/{ng['cpu_us'] / ug['cpu_us']:.1f} |")
+    w(f"| latency p50 / p99, gzip | {ug['p50_ms']:.2f} / {ug['p99_ms']:.2f} ms | {ng['p50_ms']:.2f} / {ng['p99_ms']:.2f} ms | |")
     cu, cn = conc["usescope"], conc["node_exporter"]
     w(f"| 40 clients: requests/s | {cu['rps']:.0f} | {cn['rps']:.0f} | |")
     w(f"| 40 clients: p50 / p99 | {cu['p50_ms']:.2f} / {cu['p99_ms']:.2f} ms | {cn['p50_ms']:.2f} / {cn['p99_ms']:.2f} ms | |")
