@@ -67,7 +67,10 @@ def scrape(addr, probe):
 
 def timed(workload, argv):
     """CPU nanoseconds of the workload's measured part."""
-    out = subprocess.run([workload] + argv, check=True, capture_output=True, text=True)
+    # Pinned to one CPU: the ping-pong's threads then switch on one run
+    # queue instead of waking each other across CPUs, whose IPIs on a VM
+    # vary far more than the probe costs we are measuring.
+    out = subprocess.run(["taskset", "-c", "0", workload] + argv, check=True, capture_output=True, text=True)
     return int(out.stdout.strip())
 
 
