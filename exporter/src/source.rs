@@ -98,6 +98,21 @@ impl SourceFile {
         }
     }
 
+    /// Reads the file and parses its text with `parse`, naming this file
+    /// in a parse error. `Ok(None)`: the file is absent.
+    pub fn parse_with<T>(
+        &mut self,
+        parse: impl FnOnce(&str) -> Result<T, crate::error::ParseError>,
+    ) -> Result<Option<T>, CollectError> {
+        let text = match self.read()? {
+            Read::Text(t) => t,
+            Read::Absent => return Ok(None),
+        };
+        parse(text)
+            .map(Some)
+            .map_err(|e| CollectError::from_parse(&self.path, e))
+    }
+
     /// Logs at info level, once per transition, when the file appears or
     /// disappears (a module loaded or unloaded, PSI switched on).
     fn note_presence(&mut self, now: bool) {

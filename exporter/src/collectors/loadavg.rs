@@ -9,7 +9,7 @@ use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
 use crate::parse::{f64_field, next_field, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::source::SourceFile;
 
 const LOAD1: Desc = Desc::gauge("node_load1", "1m load average.");
 const LOAD5: Desc = Desc::gauge("node_load5", "5m load average.");
@@ -64,11 +64,9 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl Collector for LoadAvgCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let text = match self.file.read()? {
-            Read::Text(t) => t,
-            Read::Absent => return Ok(()),
+        let Some(l) = self.file.parse_with(parse)? else {
+            return Ok(());
         };
-        let l = parse(text).map_err(|e| CollectError::from_parse(self.file.path(), e))?;
         for (desc, v) in [(&LOAD1, l.one), (&LOAD5, l.five), (&LOAD15, l.fifteen)] {
             enc.family(desc);
             enc.sample(desc, &[], v);

@@ -16,7 +16,7 @@ use crate::collectors::stat::MAX_CPU_ID;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, Value, u64_label};
 use crate::parse::{next_field, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::source::SourceFile;
 
 const RUNNING: Desc = Desc::counter(
     "node_schedstat_running_seconds_total",
@@ -187,12 +187,9 @@ fn family(enc: &mut Encoder, desc: &Desc, cpus: &[SchedCpu], value: impl Fn(&Sch
 
 impl Collector for SchedstatCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let text = match self.file.read()? {
-            Read::Text(t) => t,
-            Read::Absent => return Ok(()),
-        };
-        if let Err(e) = parse_into(text, &mut self.parsed) {
-            return Err(CollectError::from_parse(self.file.path(), e));
+        let parsed = &mut self.parsed;
+        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
+            return Ok(());
         }
         self.encode(enc);
         Ok(())

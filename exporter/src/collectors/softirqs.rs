@@ -16,7 +16,7 @@ use crate::collectors::stat::MAX_CPU_ID;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
 use crate::parse::u64_field;
-use crate::source::{Read, SourceFile};
+use crate::source::SourceFile;
 
 const FUNCTIONS: Desc = Desc::counter("node_softirqs_functions_total", "Softirq counts per CPU.");
 const TOTAL: Desc = Desc::counter("node_softirqs_total", "Number of softirq calls.");
@@ -214,12 +214,9 @@ impl SoftirqsCollector {
 
 impl Collector for SoftirqsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let text = match self.file.read()? {
-            Read::Text(t) => t,
-            Read::Absent => return Ok(()),
-        };
-        if let Err(e) = parse_into(text, &mut self.parsed) {
-            return Err(CollectError::from_parse(self.file.path(), e));
+        let parsed = &mut self.parsed;
+        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
+            return Ok(());
         }
         self.encode(enc);
         Ok(())

@@ -20,7 +20,7 @@ use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
 use crate::parse::{next_field, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::source::SourceFile;
 
 const CPU: Desc = Desc::counter(
     "node_cpu_seconds_total",
@@ -325,14 +325,11 @@ fn seconds(ticks: u64) -> f64 {
 
 impl Collector for StatCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let text = match self.file.read()? {
-            Read::Text(t) => t,
-            Read::Absent => return Ok(()),
-        };
         // Parse fully before touching the clamp state, so a corrupt read
         // leaves the remembered values as they were.
-        if let Err(e) = parse_into(text, &mut self.parsed) {
-            return Err(CollectError::from_parse(self.file.path(), e));
+        let parsed = &mut self.parsed;
+        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
+            return Ok(());
         }
         self.apply_clamp();
         self.encode(enc);
