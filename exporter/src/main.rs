@@ -35,9 +35,9 @@ fn main() -> ExitCode {
     };
     init_logging(&config);
     limit_malloc_arenas();
-    // Scrapes are serialised by the scraper's mutex, so more blocking
-    // threads than this would only wait on it (and each costs a stack and,
-    // with glibc, its own malloc arena).
+    // Scrapes run inline on the workers (http.rs); the blocking pool only
+    // verifies bcrypt passwords, and each extra thread would cost a stack
+    // and, with glibc, a malloc arena.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(2)
@@ -71,11 +71,8 @@ fn limit_malloc_arenas() {
 }
 
 fn init_logging(config: &Config) {
-    let filter = EnvFilter::new(format!("usescope={}", config.log_level)).add_directive(
-        format!("usescope={}", config.log_level)
-            .parse()
-            .expect("log level validated by clap"),
-    );
+    // The level is one of clap's validated values, so the directive parses.
+    let filter = EnvFilter::new(format!("usescope={}", config.log_level));
     let registry = tracing_subscriber::registry().with(filter);
     match config.log_format {
         LogFormat::Json => registry
