@@ -57,6 +57,7 @@ pub fn command() -> Command {
             Arg::new("web.telemetry-path")
                 .long("web.telemetry-path")
                 .default_value("/metrics")
+                .value_parser(telemetry_path)
                 .help("Path under which to expose metrics"),
         )
         .arg(
@@ -98,6 +99,7 @@ pub fn command() -> Command {
             Arg::new("collector.diskstats.device-exclude")
                 .long("collector.diskstats.device-exclude")
                 .default_value(collectors::diskstats::DEFAULT_DEVICE_EXCLUDE)
+                .value_parser(regex_flag)
                 .help("Regexp of diskstats devices to exclude"),
         )
         .arg(
@@ -203,6 +205,39 @@ where
     })
 }
 
+/// `--web.telemetry-path` must be a path of its own: absolute, and not one
+/// of the routes the landing page and health checks already use.
+fn telemetry_path(p: &str) -> Result<String, String> {
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} must start with '/'"));
+    }
+    if matches!(p, "/" | "/-/healthy" | "/-/ready") {
+        return Err(format!("{p:?} is already served by usescope"));
+    }
+    if p.contains(['{', '}', '*', ':']) {
+        return Err(format!(
+            "{p:?} contains a route pattern character ({{ }} * :)"
+        ));
+    }
+    Ok(p.to_string())
+}
+
+/// A regex flag: compiled once here so a bad one stops start-up with one
+/// line instead of failing its collector on every scrape.
+fn regex_flag(r: &str) -> Result<String, String> {
+    match regex::Regex::new(r) {
+        Ok(_) => Ok(r.to_string()),
+        // regex's message spans lines (pattern, caret, cause); keep the cause.
+        Err(e) => Err(e
+            .to_string()
+            .lines()
+            .last()
+            .unwrap_or("invalid regex")
+            .trim()
+            .to_string()),
+    }
+}
+
 /// Resolves `--web.listen-address`. `:PORT` means every IPv4 interface,
 /// as in Go's net.Listen.
 pub fn resolve_listen_address(addr: &str) -> Result<SocketAddr, String> {
@@ -271,6 +306,34 @@ mod tests {
         assert!(line.contains("--bogus"), "{line}");
         let e = parse(["usescope", "--web.max-requests", "x"]).unwrap_err();
         assert!(one_line(&e).contains("web.max-requests"));
+    }
+
+    #[test]
+    fn telemetry_path_is_validated() {
+        for bad in ["/", "metrics", "/-/ready", "/-/healthy", "/m/{x}", "/*rest"] {
+            let e = parse(["usescope", "--web.telemetry-path", bad]).unwrap_err();
+            assert!(
+                one_line(&e).contains("web.telemetry-path"),
+                "{bad}: {}",
+                one_line(&e)
+            );
+        }
+        assert_eq!(
+            parse(["usescope", "--web.telemetry-path=/probe/metrics"])
+                .unwrap()
+                .telemetry_path,
+            "/probe/metrics"
+        );
+    }
+
+    #[test]
+    fn bad_regex_is_a_flag_error() {
+        let e = parse(["usescope", "--collector.diskstats.device-exclude", "("]).unwrap_err();
+        let line = one_line(&e);
+        assert!(
+            line.contains("device-exclude") && line.contains("unclosed group"),
+            "{line}"
+        );
     }
 
     #[test]
