@@ -239,19 +239,12 @@ impl Collector for ConntrackCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::collectors::test_support::render;
     use proptest::prelude::*;
     use std::path::{Path, PathBuf};
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/net/stat/nf_conntrack");
     const HEADER: &str = "entries  clashres found new invalid ignore delete chainlength insert insert_failed drop early_drop icmp_error  expect_new expect_create expect_delete search_restart";
-
-    fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
-        let mut buf = Vec::new();
-        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
-        c.collect(&mut enc)?;
-        Ok(String::from_utf8(buf).unwrap())
-    }
 
     fn fixture_settings() -> Settings {
         Settings::with_roots(

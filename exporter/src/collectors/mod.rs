@@ -160,3 +160,19 @@ pub const ALL: &[Spec] = &[
 pub fn find(name: &str) -> Option<&'static Spec> {
     ALL.iter().find(|s| s.name == name)
 }
+
+/// Helpers shared by the collectors' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::collector::Collector;
+    use crate::error::CollectError;
+    use crate::exposition::{Encoder, Format};
+
+    /// One `collect` into a fresh buffer, as Prometheus text.
+    pub fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
+        let mut buf = Vec::new();
+        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
+        c.collect(&mut enc)?;
+        Ok(String::from_utf8(buf).expect("the encoder writes UTF-8"))
+    }
+}

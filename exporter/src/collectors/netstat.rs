@@ -353,7 +353,7 @@ impl Collector for NetStatCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::collectors::test_support::render;
     use proptest::prelude::*;
     use std::path::{Path, PathBuf};
 
@@ -371,13 +371,6 @@ mod tests {
 
     fn fixture_root() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc")
-    }
-
-    fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
-        let mut buf = Vec::new();
-        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
-        c.collect(&mut enc)?;
-        Ok(String::from_utf8(buf).unwrap())
     }
 
     #[test]

@@ -186,7 +186,7 @@ impl Collector for SockStatCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::collectors::test_support::render;
     use proptest::prelude::*;
     use std::path::Path;
 
@@ -243,13 +243,6 @@ mod tests {
         assert!(lines(&extra).is_err());
         let cut = &SOCKSTAT[..SOCKSTAT.len() / 2];
         assert!(lines(cut).is_err());
-    }
-
-    fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
-        let mut buf = Vec::new();
-        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
-        c.collect(&mut enc)?;
-        Ok(String::from_utf8(buf).unwrap())
     }
 
     #[test]
