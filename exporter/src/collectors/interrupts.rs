@@ -21,10 +21,9 @@ use std::ops::Range;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::collectors::softirqs::parse_cpu_header;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::u64_field;
+use crate::parse::{parse_cpu_header, parse_fresh, u64_field};
 use crate::source::{Read, SourceFile};
 
 const INTERRUPTS: Desc = Desc::counter("node_interrupts_total", "Interrupt details.");
@@ -76,9 +75,7 @@ impl Interrupts {
 
 /// Parses the whole file; see [`parse_into`].
 pub fn parse(s: &str) -> Result<Interrupts, ParseError> {
-    let mut out = Interrupts::default();
-    parse_into(s, &mut out)?;
-    Ok(out)
+    parse_fresh(s, parse_into)
 }
 
 /// Parses /proc/interrupts into `out`, reusing its Vecs. On error `out`

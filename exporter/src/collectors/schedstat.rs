@@ -12,10 +12,9 @@
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::collectors::stat::MAX_CPU_ID;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, Value, u64_label};
-use crate::parse::{next_field, u64_field};
+use crate::parse::{cpu_id, next_field, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
 const RUNNING: Desc = Desc::counter(
@@ -71,9 +70,7 @@ pub struct Schedstat {
 
 /// Parses the whole file; see [`parse_into`].
 pub fn parse(s: &str) -> Result<Schedstat, ParseError> {
-    let mut out = Schedstat::default();
-    parse_into(s, &mut out)?;
-    Ok(out)
+    parse_fresh(s, parse_into)
 }
 
 /// Parses /proc/schedstat into `out`, reusing its Vec. On error `out` holds
@@ -130,20 +127,14 @@ fn parse_cpu<'a>(
     mut f: impl Iterator<Item = &'a str>,
     n: usize,
 ) -> Result<SchedCpu, ParseError> {
-    let id = u64_field(id, n, "cpu id")?;
-    if id > MAX_CPU_ID {
-        return Err(ParseError::new(
-            n,
-            format!("cpu id {id} above the supported maximum {MAX_CPU_ID}"),
-        ));
-    }
+    let id = cpu_id(id, n)?;
     let mut v = [0u64; 9];
     for (slot, name) in v.iter_mut().zip(CPU_FIELDS) {
         *slot = u64_field(next_field(&mut f, n, name)?, n, name)?;
     }
     let [.., running_ns, waiting_ns, timeslices] = v;
     Ok(SchedCpu {
-        cpu: id as u32,
+        cpu: id,
         running_ns,
         waiting_ns,
         timeslices,

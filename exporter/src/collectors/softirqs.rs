@@ -12,10 +12,9 @@
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::collectors::stat::MAX_CPU_ID;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::u64_field;
+use crate::parse::{parse_cpu_header, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
 const FUNCTIONS: Desc = Desc::counter("node_softirqs_functions_total", "Softirq counts per CPU.");
@@ -87,9 +86,7 @@ impl Softirqs {
 
 /// Parses the whole file; see [`parse_into`].
 pub fn parse(s: &str) -> Result<Softirqs, ParseError> {
-    let mut out = Softirqs::default();
-    parse_into(s, &mut out)?;
-    Ok(out)
+    parse_fresh(s, parse_into)
 }
 
 /// Parses /proc/softirqs into `out`, reusing its Vecs. Every row must have
@@ -108,39 +105,6 @@ pub fn parse_into(s: &str, out: &mut Softirqs) -> Result<(), ParseError> {
             continue;
         }
         parse_row(line, n, out)?;
-    }
-    Ok(())
-}
-
-/// Parses a `CPU0 CPU1 ...` header (/proc/softirqs, /proc/interrupts) into
-/// CPU ids. The kernel prints CPUs in ascending order; the ids, not the
-/// column positions, label the series, so gaps from offline CPUs survive.
-pub fn parse_cpu_header(line: &str, n: usize, out: &mut Vec<u32>) -> Result<(), ParseError> {
-    out.clear();
-    for tok in line.split_ascii_whitespace() {
-        let id = tok
-            .strip_prefix("CPU")
-            .ok_or_else(|| ParseError::new(n, format!("header: expected CPUn, found {tok:?}")))?;
-        let id = u64_field(id, n, "header CPU id")?;
-        if id > MAX_CPU_ID {
-            return Err(ParseError::new(
-                n,
-                format!("header: CPU{id} above the supported maximum {MAX_CPU_ID}"),
-            ));
-        }
-        let id = id as u32;
-        if let Some(&last) = out.last()
-            && id <= last
-        {
-            return Err(ParseError::new(
-                n,
-                format!("header: CPU{id} after CPU{last}: CPU ids must ascend"),
-            ));
-        }
-        out.push(id);
-    }
-    if out.is_empty() {
-        return Err(ParseError::new(n, "header names no CPUs"));
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{next_field, u64_field};
+use crate::parse::{cpu_id, next_field, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
 const CPU: Desc = Desc::counter(
@@ -54,11 +54,6 @@ pub const USER_HZ: u64 = 100;
 /// node_exporter's `jumpBackSeconds`: an idle counter that falls this far
 /// means the CPU was replugged, not that accounting jittered.
 const JUMP_BACK_TICKS: u64 = 3 * USER_HZ;
-
-/// Highest CPU id accepted. The collector keeps state in a Vec indexed by
-/// CPU id, so a corrupt `cpu4000000000` must not size it; Linux's NR_CPUS
-/// tops out at 8192 today.
-pub const MAX_CPU_ID: u64 = 65_535;
 
 /// Columns of a `cpuN` line, in kernel order. Kernels before 2.6.11 lack
 /// steal, before 2.6.24 guest, before 2.6.33 guest_nice: a missing column
@@ -102,9 +97,7 @@ pub struct Stat {
 
 /// Parses the whole file; see [`parse_into`].
 pub fn parse(s: &str) -> Result<Stat, ParseError> {
-    let mut stat = Stat::default();
-    parse_into(s, &mut stat)?;
-    Ok(stat)
+    parse_fresh(s, parse_into)
 }
 
 /// Parses /proc/stat into `out`, reusing its CPU Vec. On error `out` holds
@@ -174,14 +167,7 @@ fn push_cpu<'a>(
     fields: impl Iterator<Item = &'a str>,
     n: usize,
 ) -> Result<(), ParseError> {
-    let id = u64_field(id, n, "cpu id")?;
-    if id > MAX_CPU_ID {
-        return Err(ParseError::new(
-            n,
-            format!("cpu id {id} above the supported maximum {MAX_CPU_ID}"),
-        ));
-    }
-    let id = id as u32;
+    let id = cpu_id(id, n)?;
     if let Some(&(last, _)) = out.cpus.last()
         && id <= last
     {
