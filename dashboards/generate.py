@@ -39,6 +39,12 @@ def target(expr, legend="", ref="A", fmt="time_series", instant=False):
     }
 
 
+def runq_quantile(q, by="", sel=SEL):
+    """A run-queue latency quantile from the runqlat histogram."""
+    return (f'histogram_quantile({q}, sum by ({by}le) '
+            f'(rate(usescope_runqueue_latency_seconds_bucket{{{sel}}}[{RI}])))')
+
+
 def targets(*pairs, fmt="time_series", instant=False):
     return [
         target(expr, legend, chr(ord("A") + i), fmt, instant)
@@ -320,7 +326,7 @@ def overview():
         ("Load per CPU", "Load average (1 min) divided by the CPU count. Bad: 0.7 needs a look, 1.0 or more means tasks queue for CPU or I/O.",
          "short", f'node_load1{{{SEL}}} / {cpus()}', thresholds((0.7, "orange"), (1.0, "red")), 2),
         ("Run-queue p99", "99th percentile time a runnable task waited for a CPU (eBPF). Bad: above 10 ms sustained.",
-         "s", f'histogram_quantile(0.99, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))',
+         "s", runq_quantile("0.99"),
          thresholds((0.005, "orange"), (0.01, "red")), None),
         ("Worst CPU iowait", "iowait of the busiest CPU: one CPU can be stuck while the average looks fine. Bad: above 50%, and paging only when a disk is also busy.",
          "percentunit", f'max(rate(node_cpu_seconds_total{{{SEL}, mode="iowait"}}[{RI}]))', thresholds((0.3, "orange"), (0.5, "red")), 1),
@@ -358,8 +364,8 @@ def overview():
     L.add(timeseries("Run-queue latency (eBPF)",
         "p50 and p99 wait from wakeup to running. Bad: p99 above 10 ms sustained (tasks wait for a CPU); empty when the runqlat probe is off.",
         "s", targets(
-            (f'histogram_quantile(0.50, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p50"),
-            (f'histogram_quantile(0.99, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p99")),
+            (runq_quantile("0.50"), "p50"),
+            (runq_quantile("0.99"), "p99")),
         thr=thresholds((0.01, "red"))), 6, 8)
     L.add(timeseries("CPU errors: machine checks",
         "Machine-check exceptions per second from /proc/interrupts (needs --collector.interrupts). Bad: any; the CPU or memory reports hardware errors.",
@@ -587,13 +593,13 @@ def ebpf():
     L.add(timeseries("Run-queue latency quantiles",
         "p50, p90, p99 of the wait from wakeup (or preemption) to running. Bad: p99 above 10 ms sustained.",
         "s", targets(
-            (f'histogram_quantile(0.50, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p50"),
-            (f'histogram_quantile(0.90, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p90"),
-            (f'histogram_quantile(0.99, sum by (le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}}}[{RI}])))', "p99")),
+            (runq_quantile("0.50"), "p50"),
+            (runq_quantile("0.90"), "p90"),
+            (runq_quantile("0.99"), "p99")),
         thr=thresholds((0.01, "red"))), 6, 9)
     L.add(timeseries("Run-queue p99 per CPU",
         "p99 per CPU; only with --probe.runqlat.per-cpu. Bad: one CPU far above the others (pinned or IRQ-heavy CPU).",
-        "s", targets((f'histogram_quantile(0.99, sum by (cpu, le) (rate(usescope_runqueue_latency_seconds_bucket{{{SEL}, cpu!=""}}[{RI}])))', "cpu {{cpu}}"))), 6, 9)
+        "s", targets((runq_quantile("0.99", by="cpu, ", sel=SEL + ', cpu!=""'), "cpu {{cpu}}"))), 6, 9)
 
     L.row("Page cache")
     L.add(timeseries("Page-cache hit ratio",
