@@ -33,6 +33,9 @@ pub struct Config {
     pub web_config_file: Option<std::path::PathBuf>,
     /// `--runtime.user`: switch to this user after the probes attach.
     pub runtime_user: Option<String>,
+    /// Hidden `--internal.probe-loader`: this process is the short-lived
+    /// probe loader the daemon started (see probes/loader_process.rs).
+    pub probe_loader: bool,
 }
 
 pub fn command() -> Command {
@@ -195,6 +198,7 @@ where
         collectors,
         probes: probes::settings_from(&m, enabled_probes),
         runtime_user: m.get_one::<String>("runtime.user").cloned(),
+        probe_loader: m.get_flag(probes::loader_process::FLAG),
         web_config_file: m.get_one::<String>("web.config.file").map(Into::into),
         log_level: s("log.level"),
         log_format: if s("log.format") == "json" {

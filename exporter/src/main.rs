@@ -34,6 +34,10 @@ fn main() -> ExitCode {
         }
     };
     init_logging(&config);
+    if config.probe_loader {
+        // The short-lived child the daemon starts to load the probes.
+        return probes::loader_process::main(&config.probes);
+    }
     limit_malloc_arenas();
     // Scrapes run inline on the workers (http.rs); the blocking pool only
     // verifies bcrypt passwords, and each extra thread would cost a stack
@@ -111,13 +115,6 @@ async fn run(config: Config) -> Result<(), String> {
         scraper.add(spec.name, (spec.build)(&config.settings));
     }
     let probes = probes::attach(&config.probes, &mut scraper);
-    // Loading parses the kernel's BTF (~5 MB of it, tens of MB parsed);
-    // all of that is freed by now. Hand it back to the OS so steady-state
-    // RSS is what the daemon really uses.
-    // SAFETY: malloc_trim only releases free heap memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
     match usescope::privileges::drop_after_attach(config.runtime_user.as_deref()) {
         Ok(what) => tracing::info!("{what}"),
         Err(e) => return Err(format!("dropping privileges failed: {e}")),

@@ -9,7 +9,7 @@ use super::layout::{
 };
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::percpu::PerCpuStruct;
-use super::{Attached, Kernel, ProbeSettings};
+use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
@@ -61,18 +61,32 @@ fn page_shift() -> u32 {
     }
 }
 
-pub fn attach(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Attached, ProbeError> {
+/// The per-CPU map the collector reads, and its value.
+pub const MAP: &str = "us_cs_counts";
+pub const VALUE_SIZE: usize = size_of::<CachestatCounts>();
+
+/// In the probe loader process: load and attach.
+pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let shift = page_shift();
     let mut ebpf = loader::load(loader::CACHESTAT_OBJ, &kernel.btf, |l| {
         l.override_global("page_shift", &shift, true);
     })?;
-    let mode = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
-    let counts = loader::take_percpu(&mut ebpf, "us_cs_counts", size_of::<CachestatCounts>())?;
-    Ok(Attached {
+    let (mode, links) = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
+    Ok(Loaded {
         mode,
         ebpf,
-        collector: Box::new(CachestatCollector { counts }),
+        links,
+        names: Vec::new(),
     })
+}
+
+/// In the daemon: the collector over the handed-over counters map.
+pub fn collector(
+    counts: PerCpuStruct,
+    _names: Vec<String>,
+    _settings: &ProbeSettings,
+) -> Box<dyn Collector> {
+    Box::new(CachestatCollector { counts })
 }
 
 struct CachestatCollector {

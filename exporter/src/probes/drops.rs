@@ -15,7 +15,7 @@ use super::layout::{
 };
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::percpu::PerCpuStruct;
-use super::{Attached, Kernel, ProbeSettings};
+use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
@@ -140,27 +140,43 @@ fn resolve_names(kernel: &Kernel) -> Result<Vec<String>, ProbeError> {
     Ok(reason_names(core, &module_enums))
 }
 
-pub fn attach(kernel: &Kernel, settings: &ProbeSettings) -> Result<Attached, ProbeError> {
+/// The per-CPU map the collector reads, and its value.
+pub const MAP: &str = "us_drops";
+pub const VALUE_SIZE: usize = size_of::<DropsCounts>();
+
+/// In the probe loader process: name the reasons, load and attach. The
+/// names travel to the daemon with the fds, so it never reads BTF.
+pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let names = resolve_names(kernel)?;
     let protocol_label = u8::from(settings.drops_protocol_label);
     let mut ebpf = loader::load(loader::DROPS_OBJ, &kernel.btf, |l| {
         l.override_global("protocol_label", &protocol_label, true);
     })?;
-    let mode = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
-    let counts = loader::take_percpu(&mut ebpf, "us_drops", size_of::<DropsCounts>())?;
-    Ok(Attached {
+    let (mode, links) = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
+    Ok(Loaded {
         mode,
         ebpf,
-        collector: Box::new(DropsCollector {
-            counts,
-            names,
-            protocols: if settings.drops_protocol_label {
-                DROPS_PROTOS
-            } else {
-                1
-            },
-            sums: vec![0; DROPS_PROTOS * DROPS_SLOTS],
-        }),
+        links,
+        names,
+    })
+}
+
+/// In the daemon: the collector over the handed-over counters map, naming
+/// slots with the loader's reason names.
+pub fn collector(
+    counts: PerCpuStruct,
+    names: Vec<String>,
+    settings: &ProbeSettings,
+) -> Box<dyn Collector> {
+    Box::new(DropsCollector {
+        counts,
+        names,
+        protocols: if settings.drops_protocol_label {
+            DROPS_PROTOS
+        } else {
+            1
+        },
+        sums: vec![0; DROPS_PROTOS * DROPS_SLOTS],
     })
 }
 

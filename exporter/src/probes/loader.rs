@@ -1,18 +1,21 @@
 //! Loading and attaching: the embedded objects, run-time hook selection,
 //! and errors that name their cause.
 //!
+//! This runs in the probe loader process (see [`super::loader_process`]).
 //! Each probe's object holds its programs in several *modes* (tp_btf, then
 //! raw_tp). [`attach_first`] loads and attaches one mode's programs; if the
 //! kernel refuses, it unloads them and tries the next mode, so only the
 //! chosen programs stay loaded. Nothing is pinned, so two usescope
 //! processes on one host each get their own programs and maps.
 
+use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::percpu::PerCpuStruct;
+use super::sys;
 
 pub static RUNQLAT_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat.bpf.o"));
@@ -87,23 +90,26 @@ pub fn load<'a>(
         .map_err(|e| describe("loading the eBPF object", &e))
 }
 
-/// Attaches the first mode the kernel accepts and returns its name. On
-/// failure the error lists why each mode was refused.
+/// Attaches the first mode the kernel accepts; returns it with the link
+/// fds that keep its programs attached. On failure the error lists why
+/// each mode was refused.
 pub fn attach_first(
     ebpf: &mut Ebpf,
     btf: &Btf,
     modes: &'static [Mode],
-) -> Result<&'static Mode, ProbeError> {
+) -> Result<(&'static Mode, Vec<OwnedFd>), ProbeError> {
     let mut why = Vec::new();
     for mode in modes {
-        match attach_mode(ebpf, btf, mode) {
+        let mut links = Vec::new();
+        match attach_mode(ebpf, btf, mode, &mut links) {
             Ok(()) => {
                 if !why.is_empty() {
                     tracing::info!(mode = mode.name, skipped = %why.join("; "), "probe fell back");
                 }
-                return Ok(mode);
+                return Ok((mode, links));
             }
             Err(e) => {
+                drop(links);
                 unload_mode(ebpf, mode);
                 why.push(format!("{}: {}", mode.name, e.0));
             }
@@ -112,24 +118,36 @@ pub fn attach_first(
     Err(ProbeError(why.join("; ")))
 }
 
-fn attach_mode(ebpf: &mut Ebpf, btf: &Btf, mode: &Mode) -> Result<(), ProbeError> {
+/// Loads each program of `mode` and attaches it with our own
+/// `BPF_RAW_TRACEPOINT_OPEN` (not aya's `attach`), so the link is an fd we
+/// own and can hand to the daemon.
+fn attach_mode(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    mode: &Mode,
+    links: &mut Vec<OwnedFd>,
+) -> Result<(), ProbeError> {
     for &(prog, hook) in mode.programs {
         let p = ebpf
             .program_mut(prog)
             .ok_or_else(|| ProbeError(format!("program {prog} missing from the object")))?;
         let what = format!("{prog} on {hook}");
-        match mode.kind {
+        let tracepoint = CString::new(hook).map_err(|e| describe(&what, &e))?;
+        let link = match mode.kind {
             Kind::BtfTracePoint => {
                 let p: &mut BtfTracePoint = p.try_into().map_err(|e| describe(&what, &e))?;
                 p.load(hook, btf).map_err(|e| describe(&what, &e))?;
-                p.attach().map_err(|e| describe(&what, &e))?;
+                let fd = p.fd().map_err(|e| describe(&what, &e))?;
+                sys::raw_tracepoint_open(None, fd.as_fd())
             }
             Kind::RawTracePoint => {
                 let p: &mut RawTracePoint = p.try_into().map_err(|e| describe(&what, &e))?;
                 p.load().map_err(|e| describe(&what, &e))?;
-                p.attach(hook).map_err(|e| describe(&what, &e))?;
+                let fd = p.fd().map_err(|e| describe(&what, &e))?;
+                sys::raw_tracepoint_open(Some(&tracepoint), fd.as_fd())
             }
-        }
+        };
+        links.push(link.map_err(|e| describe(&format!("attaching {what}"), &e))?);
     }
     Ok(())
 }
@@ -146,16 +164,4 @@ fn unload_mode(ebpf: &mut Ebpf, mode: &Mode) {
             Kind::RawTracePoint => <&mut RawTracePoint>::try_from(p).map(|p| p.unload().is_ok()),
         };
     }
-}
-
-/// Takes a per-CPU struct map out of the object for the probe's collector.
-pub fn take_percpu(
-    ebpf: &mut Ebpf,
-    name: &str,
-    value_size: usize,
-) -> Result<PerCpuStruct, ProbeError> {
-    let map = ebpf
-        .take_map(name)
-        .ok_or_else(|| ProbeError(format!("map {name} missing from the object")))?;
-    PerCpuStruct::new(name, map, value_size).map_err(ProbeError)
 }

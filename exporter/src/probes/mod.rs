@@ -1,15 +1,26 @@
 //! eBPF probes (run-queue latency, page cache, packet drops), loaded with
 //! aya. Each probe becomes a [`crate::collector::Collector`] that reads its
-//! per-CPU maps at scrape time.
+//! per-CPU map at scrape time.
+//!
+//! Loading happens in a short-lived child process, not in the daemon:
+//! aya parses the kernel's 5.5 MB BTF once per object (tens of MB of heap),
+//! and the daemon's peak RSS would keep that high-water mark for life. The
+//! child loads and attaches, then hands the daemon one fd per map it
+//! reads, per program and per link over a unix socket, and exits
+//! ([`loader_process`]). A loader that crashes takes only the probes down.
 //!
 //! Where things are:
 //! - kernel side: `ebpf-probes/*.bpf.c` (C, CO-RE), map layouts in
 //!   `ebpf-probes/usescope.h`, mirrored in [`layout`];
+//! - [`loader_process`]: the child's main, its report, and the daemon's
+//!   side that adopts the fds ([`attach`] below wires them to collectors);
+//! - [`fd_passing`]: one message of bytes plus fds (SCM_RIGHTS);
 //! - [`loader`]: the embedded objects and run-time hook selection;
 //! - one module per probe ([`runqlat`], [`cachestat`], [`drops`]): its
-//!   modes (program, tracepoint), its start-up and its collector;
+//!   modes (program, tracepoint), its loading and its collector;
 //! - [`status`]: `usescope_probe_up`/`_info` and per-program BPF statistics;
-//! - [`btf`]: reads enums from kernel BTF, to name drop reasons.
+//! - [`btf`]: reads enums from kernel BTF, to name drop reasons;
+//! - [`sys`]: the few `bpf(2)` calls made without aya.
 //!
 //! Probes degrade, the daemon does not: a probe that cannot load logs one
 //! warning naming the cause and reports `usescope_probe_up{probe} 0`.
@@ -17,20 +28,23 @@
 pub mod btf;
 pub mod cachestat;
 pub mod drops;
+pub mod fd_passing;
 pub mod layout;
 pub mod loader;
+pub mod loader_process;
 pub mod percpu;
 pub mod runqlat;
 pub mod status;
+pub mod sys;
 
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 
 use aya::Ebpf;
 use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
 
 use crate::collector::{Collector, Scraper};
 use loader::{Mode, ProbeError};
+use percpu::PerCpuStruct;
 use status::{ProbeStatus, StatsCollector, StatusCollector};
 
 pub struct ProbeSpec {
@@ -38,7 +52,16 @@ pub struct ProbeSpec {
     pub help: &'static str,
     /// Scraper name of the probe's collector (`node_scrape_collector_*`).
     pub collector: &'static str,
-    pub attach: fn(&Kernel, &ProbeSettings) -> Result<Attached, ProbeError>,
+    /// The hook modes, in order of preference.
+    pub modes: &'static [Mode],
+    /// The per-CPU struct map the collector reads, and its value size.
+    pub map: &'static str,
+    pub value_size: usize,
+    /// In the loader process: load and attach.
+    pub load: fn(&Kernel, &ProbeSettings) -> Result<Loaded, ProbeError>,
+    /// In the daemon: the collector over the handed-over map, with the
+    /// names the loader resolved (drop reasons; empty for other probes).
+    pub build: fn(PerCpuStruct, Vec<String>, &ProbeSettings) -> Box<dyn Collector>,
 }
 
 /// Every probe; each is enabled unless `--no-probe.NAME` is given.
@@ -47,19 +70,31 @@ pub const ALL: &[ProbeSpec] = &[
         name: "runqlat",
         help: "Run-queue latency histogram (sched tracepoints)",
         collector: runqlat::COLLECTOR,
-        attach: runqlat::attach,
+        modes: runqlat::MODES,
+        map: runqlat::MAP,
+        value_size: runqlat::VALUE_SIZE,
+        load: runqlat::load,
+        build: runqlat::collector,
     },
     ProbeSpec {
         name: "cachestat",
         help: "Page-cache accesses, misses and dirtied pages (filemap tracepoints)",
         collector: cachestat::COLLECTOR,
-        attach: cachestat::attach,
+        modes: cachestat::MODES,
+        map: cachestat::MAP,
+        value_size: cachestat::VALUE_SIZE,
+        load: cachestat::load,
+        build: cachestat::collector,
     },
     ProbeSpec {
         name: "drops",
         help: "Packet drops by kernel drop reason (skb:kfree_skb)",
         collector: drops::COLLECTOR,
-        attach: drops::attach,
+        modes: drops::MODES,
+        map: drops::MAP,
+        value_size: drops::VALUE_SIZE,
+        load: drops::load,
+        build: drops::collector,
     },
 ];
 
@@ -126,6 +161,12 @@ pub fn add_args(cmd: Command) -> Command {
             .overrides_with("probe.bpf-stats")
             .hide(true),
     )
+    .arg(
+        Arg::new(loader_process::FLAG)
+            .long(loader_process::FLAG)
+            .action(ArgAction::SetTrue)
+            .hide(true),
+    )
 }
 
 pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSettings {
@@ -141,8 +182,9 @@ pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSetting
     }
 }
 
-/// The running kernel's BTF: the raw bytes (for our enum reader) and aya's
-/// parse of it (for CO-RE relocations and tp_btf attach ids).
+/// The running kernel's BTF, read in the loader process: the raw bytes
+/// (for our enum reader) and aya's parse of it (for CO-RE relocations and
+/// tp_btf attach ids).
 pub struct Kernel {
     pub btf_bytes: Vec<u8>,
     pub btf: aya::Btf,
@@ -164,49 +206,45 @@ impl Kernel {
     }
 }
 
-/// A probe that loaded: its object (programs, links, remaining maps), the
-/// mode it runs in, and its collector (which owns the maps it reads).
-pub struct Attached {
-    pub mode: &'static Mode,
-    pub ebpf: Ebpf,
-    pub collector: Box<dyn Collector>,
-}
-
-/// What stays loaded for the daemon's lifetime.
+/// In the loader process: a probe whose programs are attached, until its
+/// fds have been handed to the daemon.
 pub struct Loaded {
-    pub probe: &'static str,
     pub mode: &'static Mode,
+    /// Programs and maps; the program and map fds are duplicated from here.
     pub ebpf: Ebpf,
+    /// One fd per attached program; closing it detaches the program.
+    pub links: Vec<OwnedFd>,
+    /// Names the collector needs (drop reasons); empty for other probes.
+    pub names: Vec<String>,
 }
 
-/// Owns every loaded program and link; dropping it detaches them. Fields
-/// drop in order: programs first, then the statistics fd.
+/// In the daemon: what keeps the probes attached. Dropping it closes the
+/// links (detaching every program), then the statistics fd.
 pub struct Probes {
-    _loaded: Arc<Vec<Loaded>>,
+    _links: Vec<OwnedFd>,
     _stats: Option<OwnedFd>,
 }
 
-/// Loads and attaches the enabled probes and registers their collectors.
+/// Runs the loader process for the enabled probes, registers a collector
+/// for each probe it attached and the status collectors for all of them.
 /// Returns a guard whose drop detaches everything.
 pub fn attach(settings: &ProbeSettings, scraper: &mut Scraper) -> Probes {
-    let enabled: Vec<&ProbeSpec> = ALL
+    let enabled: Vec<&'static ProbeSpec> = ALL
         .iter()
         .filter(|p| settings.enabled.contains(&p.name))
         .collect();
+    if enabled.is_empty() {
+        return Probes {
+            _links: Vec::new(),
+            _stats: None,
+        };
+    }
+    let mut handed = loader_process::run();
     let mut statuses = Vec::new();
-    let mut loaded = Vec::new();
-    let kernel = if enabled.is_empty() {
-        Err(ProbeError("no probes enabled".into()))
-    } else {
-        raise_memlock_limit();
-        Kernel::open()
-    };
+    let mut links = Vec::new();
+    let mut programs = Vec::new();
     for spec in enabled {
-        match kernel
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|k| (spec.attach)(k, settings))
-        {
+        match handed.adopt(spec, settings) {
             Ok(a) => {
                 tracing::info!(probe = spec.name, mode = a.mode.name, "probe attached");
                 scraper.add(spec.collector, a.collector);
@@ -214,11 +252,8 @@ pub fn attach(settings: &ProbeSettings, scraper: &mut Scraper) -> Probes {
                     probe: spec.name,
                     mode: Some(a.mode.name),
                 });
-                loaded.push(Loaded {
-                    probe: spec.name,
-                    mode: a.mode,
-                    ebpf: a.ebpf,
-                });
+                links.extend(a.links);
+                programs.extend(a.programs);
             }
             Err(e) => {
                 tracing::warn!(probe = spec.name, cause = %e, "probe disabled");
@@ -229,20 +264,17 @@ pub fn attach(settings: &ProbeSettings, scraper: &mut Scraper) -> Probes {
             }
         }
     }
-    if !statuses.is_empty() {
-        scraper.add("probes", Box::new(StatusCollector { probes: statuses }));
-    }
-    let loaded = Arc::new(loaded);
-    let stats = if loaded.is_empty() {
+    scraper.add("probes", Box::new(StatusCollector { probes: statuses }));
+    let stats = if programs.is_empty() || !settings.bpf_stats {
         None
     } else {
         enable_stats()
     };
     if stats.is_some() {
-        scraper.add("probe_stats", Box::new(StatsCollector::new(loaded.clone())));
+        scraper.add("probe_stats", Box::new(StatsCollector::new(programs)));
     }
     Probes {
-        _loaded: loaded,
+        _links: links,
         _stats: stats,
     }
 }
@@ -259,18 +291,6 @@ fn enable_stats() -> Option<OwnedFd> {
             None
         }
     }
-}
-
-/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it so the
-/// maps fit. Newer kernels use memory cgroups and ignore it.
-fn raise_memlock_limit() {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit reads a valid rlimit struct; failure (not root)
-    // leaves the limit as it was, which is fine on 5.11+.
-    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
 #[cfg(test)]

@@ -6,22 +6,11 @@
 //! reader issues the same syscall into a `Vec<u64>` it keeps, so a scrape
 //! allocates nothing here.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, OwnedFd};
 
-use aya::maps::{Map, MapData};
+use aya::maps::{MapData, MapType};
 
-/// `BPF_MAP_LOOKUP_ELEM` from include/uapi/linux/bpf.h.
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-
-/// The map-element part of `union bpf_attr`.
-#[repr(C)]
-struct LookupAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
+use super::sys;
 
 pub struct PerCpuStruct {
     /// Owns the map fd; the map lives as long as this reader.
@@ -31,15 +20,17 @@ pub struct PerCpuStruct {
 }
 
 impl PerCpuStruct {
-    /// Wraps `map`, which must be a per-CPU array whose value is exactly
-    /// `value_size` bytes (the Rust mirror's `size_of`).
-    pub fn new(name: &str, map: Map, value_size: usize) -> Result<PerCpuStruct, String> {
-        let Map::PerCpuArray(map) = map else {
-            return Err(format!("map {name} is not a per-CPU array"));
-        };
+    /// Wraps the map behind `fd` (handed over by the probe loader), after
+    /// checking with the kernel that it is a per-CPU array whose value is
+    /// exactly `value_size` bytes (the Rust mirror's `size_of`).
+    pub fn from_fd(name: &str, fd: OwnedFd, value_size: usize) -> Result<PerCpuStruct, String> {
+        let map = MapData::from_fd(fd).map_err(|e| format!("map {name}: {e}"))?;
         let info = map
             .info()
             .map_err(|e| format!("map {name}: reading map info: {e}"))?;
+        if !matches!(info.map_type(), Ok(MapType::PerCpuArray)) || info.max_entries() < 1 {
+            return Err(format!("map {name} is not a per-CPU array"));
+        }
         if info.value_size() as usize != value_size || !value_size.is_multiple_of(8) {
             return Err(format!(
                 "map {name}: kernel value size {} != {value_size} expected by usescope \
@@ -59,29 +50,10 @@ impl PerCpuStruct {
 
     /// Reads entry 0 for every possible CPU; then [`Self::cpus`] iterates it.
     pub fn read(&mut self) -> std::io::Result<()> {
-        let key: u32 = 0;
-        let attr = LookupAttr {
-            map_fd: self.map.fd().as_fd().as_raw_fd() as u32,
-            _pad: 0,
-            key: &key as *const u32 as u64,
-            value: self.buf.as_mut_ptr() as u64,
-            flags: 0,
-        };
-        // SAFETY: the kernel writes possible_cpus * round_up(value_size, 8)
-        // bytes to `value`; `buf` holds exactly that many (value_size is a
-        // multiple of 8, checked in `new`), and `key` outlives the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_ELEM,
-                &attr as *const LookupAttr,
-                std::mem::size_of::<LookupAttr>(),
-            )
-        };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        // SAFETY: `buf` holds possible_cpus * value_size bytes, and
+        // value_size (a multiple of 8) was checked against the kernel's map
+        // info in `from_fd`.
+        unsafe { sys::lookup_percpu(self.map.fd().as_fd(), &mut self.buf) }
     }
 
     /// Each possible CPU's value, as u64 words, from the last `read`.

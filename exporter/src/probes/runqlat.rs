@@ -12,7 +12,7 @@ use super::layout::{
 };
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::percpu::PerCpuStruct;
-use super::{Attached, Kernel, ProbeSettings};
+use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder, u64_label};
@@ -70,22 +70,36 @@ pub fn le_of(k: usize) -> f64 {
     (1u64 << k) as f64 / 1e6
 }
 
-pub fn attach(kernel: &Kernel, settings: &ProbeSettings) -> Result<Attached, ProbeError> {
+/// The per-CPU map the collector reads, and its value.
+pub const MAP: &str = "us_rq_hist";
+pub const VALUE_SIZE: usize = size_of::<RunqlatHist>();
+
+/// In the probe loader process: load and attach.
+pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let max_tasks = settings.runqlat_max_tasks;
     let mut ebpf = loader::load(loader::RUNQLAT_OBJ, &kernel.btf, |l| {
         l.map_max_entries("us_rq_start", max_tasks);
     })?;
-    let mode = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
-    let hist = loader::take_percpu(&mut ebpf, "us_rq_hist", size_of::<RunqlatHist>())?;
-    Ok(Attached {
+    let (mode, links) = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
+    Ok(Loaded {
         mode,
         ebpf,
-        collector: Box::new(RunqlatCollector {
-            hist,
-            per_cpu: settings.runqlat_per_cpu,
-            slots: [0; RUNQLAT_BUCKETS + 1],
-            buckets: Vec::with_capacity(RUNQLAT_BUCKETS),
-        }),
+        links,
+        names: Vec::new(),
+    })
+}
+
+/// In the daemon: the collector over the handed-over histogram map.
+pub fn collector(
+    hist: PerCpuStruct,
+    _names: Vec<String>,
+    settings: &ProbeSettings,
+) -> Box<dyn Collector> {
+    Box::new(RunqlatCollector {
+        hist,
+        per_cpu: settings.runqlat_per_cpu,
+        slots: [0; RUNQLAT_BUCKETS + 1],
+        buckets: Vec::with_capacity(RUNQLAT_BUCKETS),
     })
 }
 

@@ -6,9 +6,9 @@
 //! - [`StatsCollector`] (collector `probe_stats`): the kernel's per-program
 //!   run time and run count (BPF_ENABLE_STATS), i.e. what the probes cost.
 
-use std::sync::Arc;
+use std::os::fd::{AsFd, OwnedFd};
 
-use super::Loaded;
+use super::sys;
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
@@ -55,19 +55,27 @@ impl Collector for StatusCollector {
     }
 }
 
+/// One attached program as the daemon holds it: its fd, handed over by
+/// the loader process.
+pub struct Program {
+    pub probe: &'static str,
+    pub name: &'static str,
+    pub fd: OwnedFd,
+}
+
 /// Reads `bpf_prog_info` of each attached program through the fd usescope
 /// holds (works after privileges are dropped).
 pub struct StatsCollector {
-    pub loaded: Arc<Vec<Loaded>>,
-    /// (probe, program, run ns, runs), reused so each family can be written
+    programs: Vec<Program>,
+    /// (run ns, runs) per program, reused so each family can be written
     /// whole after every program's info has been read.
-    rows: Vec<(&'static str, &'static str, u64, u64)>,
+    rows: Vec<(u64, u64)>,
 }
 
 impl StatsCollector {
-    pub fn new(loaded: Arc<Vec<Loaded>>) -> StatsCollector {
+    pub fn new(programs: Vec<Program>) -> StatsCollector {
         StatsCollector {
-            loaded,
+            programs,
             rows: Vec::new(),
         }
     }
@@ -76,30 +84,19 @@ impl StatsCollector {
 impl Collector for StatsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.rows.clear();
-        for l in self.loaded.iter() {
-            for &(program, _) in l.mode.programs {
-                let info = l
-                    .ebpf
-                    .program(program)
-                    .ok_or_else(|| {
-                        CollectError::other("bpf program info", format!("{program} missing"))
-                    })?
-                    .info()
-                    .map_err(|e| {
-                        CollectError::other("bpf program info", format!("{program}: {e}"))
-                    })?;
-                let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
-                self.rows.push((l.probe, program, ns, info.run_count()));
-            }
+        for p in &self.programs {
+            let stats = sys::prog_run_stats(p.fd.as_fd())
+                .map_err(|e| CollectError::other("bpf program info", format!("{}: {e}", p.name)))?;
+            self.rows.push(stats);
         }
         enc.family(&RUN_SECONDS);
-        for &(probe, program, ns, _) in &self.rows {
-            let labels = [("probe", probe), ("program", program)];
+        for (p, &(ns, _)) in self.programs.iter().zip(&self.rows) {
+            let labels = [("probe", p.probe), ("program", p.name)];
             enc.sample(&RUN_SECONDS, &labels, ns as f64 / 1e9);
         }
         enc.family(&RUNS);
-        for &(probe, program, _, runs) in &self.rows {
-            enc.sample(&RUNS, &[("probe", probe), ("program", program)], runs);
+        for (p, &(_, runs)) in self.programs.iter().zip(&self.rows) {
+            enc.sample(&RUNS, &[("probe", p.probe), ("program", p.name)], runs);
         }
         Ok(())
     }

@@ -1,0 +1,125 @@
+//! The three `bpf(2)` commands usescope issues itself rather than through
+//! aya, each for a reason aya's API does not cover:
+//!
+//! - [`raw_tracepoint_open`]: aya keeps a link's fd private, and the probe
+//!   loader process must hand that fd to the daemon;
+//! - [`prog_run_stats`]: aya builds `ProgramInfo` only from a program it
+//!   loaded itself or a pin, not from a handed-over fd;
+//! - [`lookup_percpu`]: aya's per-CPU lookup allocates a fresh slice on
+//!   every read; this one fills a buffer the caller keeps.
+//!
+//! All unsafe code of the probes' user side is here.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use aya_obj::generated::bpf_prog_info;
+
+/// Command numbers from include/uapi/linux/bpf.h.
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+
+/// `bpf(cmd, attr, sizeof attr)`.
+///
+/// # Safety
+/// `attr` must be the `union bpf_attr` member that `cmd` reads, and every
+/// pointer in it must be valid for what the kernel does with it.
+unsafe fn bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<libc::c_long> {
+    // SAFETY: the caller guarantees `attr` matches `cmd`; the kernel reads
+    // exactly size_of::<T>() bytes of it.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *const T,
+            std::mem::size_of::<T>(),
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// The `raw_tracepoint` member of `union bpf_attr`.
+#[repr(C)]
+struct RawTracepointAttr {
+    name: u64,
+    prog_fd: u32,
+    _pad: u32,
+}
+
+/// Attaches a loaded program to a tracepoint and returns the link's fd;
+/// the program stays attached as long as that fd (or a dup of it in any
+/// process) is open. `name` is the tracepoint for `raw_tp` programs and
+/// `None` for `tp_btf`, whose target was fixed at load time.
+pub fn raw_tracepoint_open(name: Option<&CStr>, prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let attr = RawTracepointAttr {
+        name: name.map_or(0, |n| n.as_ptr() as u64),
+        prog_fd: prog.as_raw_fd() as u32,
+        _pad: 0,
+    };
+    // SAFETY: RawTracepointAttr is the raw_tracepoint attr; `name`, when
+    // set, points at a NUL-terminated string that outlives the call.
+    let fd = unsafe { bpf(BPF_RAW_TRACEPOINT_OPEN, &attr) }?;
+    // SAFETY: on success the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The `info` member of `union bpf_attr`.
+#[repr(C)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// Run time (ns) and run count of a program, from the kernel's
+/// BPF_ENABLE_STATS accounting (both 0 while statistics are off).
+pub fn prog_run_stats(prog: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    // SAFETY: bpf_prog_info is plain integers and arrays; all zeros is a
+    // valid value (and what the kernel expects in fields it does not fill).
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    let attr = InfoAttr {
+        bpf_fd: prog.as_raw_fd() as u32,
+        info_len: std::mem::size_of::<bpf_prog_info>() as u32,
+        info: &mut info as *mut bpf_prog_info as u64,
+    };
+    // SAFETY: InfoAttr is the info attr; the kernel writes at most
+    // info_len bytes to `info`, which is exactly that large.
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &attr) }?;
+    Ok((info.run_time_ns, info.run_cnt))
+}
+
+/// The map-element member of `union bpf_attr`.
+#[repr(C)]
+struct LookupAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// Looks up entry 0 of a per-CPU array into `buf`.
+///
+/// # Safety
+/// `buf` must hold at least possible_cpus * round_up(value_size, 8) bytes
+/// for the map's value_size: that is what the kernel writes.
+pub unsafe fn lookup_percpu(map: BorrowedFd<'_>, buf: &mut [u64]) -> io::Result<()> {
+    let key: u32 = 0;
+    let attr = LookupAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: &key as *const u32 as u64,
+        value: buf.as_mut_ptr() as u64,
+        flags: 0,
+    };
+    // SAFETY: LookupAttr is the map-element attr; the caller guarantees
+    // `buf` is as large as what the kernel writes to `value`.
+    unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) }?;
+    Ok(())
+}
