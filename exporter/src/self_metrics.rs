@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use crate::exposition::{Desc, Encoder};
+use crate::parse::fields;
 use crate::source::{Read, SourceFile};
 
 const CPU: Desc = Desc::counter(
@@ -59,7 +60,7 @@ pub struct ProcSelfStat {
 pub fn parse_proc_self_stat(s: &str) -> Option<ProcSelfStat> {
     let rest = &s[s.rfind(')')? + 1..];
     // After ')': field 3 (state) is index 0.
-    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let f: Vec<&str> = fields(rest).collect();
     let get = |n: usize| f.get(n - 3).and_then(|t| t.parse::<u64>().ok());
     Some(ProcSelfStat {
         utime_ticks: get(14)?,

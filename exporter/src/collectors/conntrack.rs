@@ -21,7 +21,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{hex_u64_field, next_field, u64_field};
+use crate::parse::{fields, hex_u64_field, is_blank, lines, next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 const ENTRIES: Desc = Desc::gauge(
@@ -95,7 +95,7 @@ const STATS: [(&str, Desc); 8] = [
 
 /// Parses a sysctl holding one unsigned decimal number (`262144\n`).
 pub fn parse_sysctl(s: &str) -> Result<u64, ParseError> {
-    let mut f = s.split_ascii_whitespace();
+    let mut f = fields(s);
     let v = u64_field(next_field(&mut f, 1, "value")?, 1, "value")?;
     match f.next() {
         None => Ok(v),
@@ -115,7 +115,7 @@ pub struct StatSums(pub [Option<u64>; STATS.len()]);
 /// one row of hexadecimal counters per CPU. Every row must have exactly
 /// as many columns as the header, or the columns could not be attributed.
 pub fn parse_stat(s: &str) -> Result<StatSums, ParseError> {
-    let mut lines = s.lines();
+    let mut lines = lines(s);
     let header = lines
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
@@ -124,7 +124,7 @@ pub fn parse_stat(s: &str) -> Result<StatSums, ParseError> {
     let mut rows = 0usize;
     for (i, line) in lines.enumerate() {
         let lineno = i + 2;
-        if line.trim().is_empty() {
+        if is_blank(line) {
             continue;
         }
         add_row(line, lineno, &columns, width, &mut sums)?;
@@ -142,7 +142,7 @@ pub fn parse_stat(s: &str) -> Result<StatSums, ParseError> {
 fn header_columns(header: &str) -> Result<([Option<usize>; STATS.len()], usize), ParseError> {
     let mut columns = [None; STATS.len()];
     let mut width = 0;
-    for (i, name) in header.split_ascii_whitespace().enumerate() {
+    for (i, name) in fields(header).enumerate() {
         if !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
             return Err(ParseError::new(
                 1,
@@ -168,7 +168,7 @@ fn add_row(
     sums: &mut [Option<u64>; STATS.len()],
 ) -> Result<(), ParseError> {
     let mut n = 0;
-    for (i, tok) in line.split_ascii_whitespace().enumerate() {
+    for (i, tok) in fields(line).enumerate() {
         if i >= width {
             return Err(width_mismatch(line, lineno, width));
         }
@@ -195,7 +195,7 @@ fn width_mismatch(line: &str, lineno: usize, width: usize) -> ParseError {
         lineno,
         format!(
             "row has {} columns but the header names {width}",
-            line.split_ascii_whitespace().count()
+            fields(line).count()
         ),
     )
 }

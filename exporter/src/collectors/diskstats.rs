@@ -27,7 +27,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, Value, u64_label};
-use crate::parse::{next_field, u64_field};
+use crate::parse::{fields, is_blank, lines, next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 pub const DEFAULT_DEVICE_EXCLUDE: &str = "^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\\d+n\\d+p)\\d+$";
@@ -204,14 +204,14 @@ pub struct Disk<'a> {
 /// Parses /proc/diskstats line by line. An empty file (no block devices)
 /// is valid.
 pub fn parse(s: &str) -> impl Iterator<Item = Result<Disk<'_>, ParseError>> {
-    s.lines()
+    lines(s)
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !is_blank(l))
         .map(|(i, l)| parse_line(l, i + 1))
 }
 
 fn parse_line(line: &str, lineno: usize) -> Result<Disk<'_>, ParseError> {
-    let mut f = line.split_ascii_whitespace();
+    let mut f = fields(line);
     let major = u64_field(next_field(&mut f, lineno, "major")?, lineno, "major")?;
     let minor = u64_field(next_field(&mut f, lineno, "minor")?, lineno, "minor")?;
     let name = next_field(&mut f, lineno, "device name")?;

@@ -23,7 +23,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{parse_cpu_header, parse_fresh, u64_field};
+use crate::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
 use crate::source::{Read, SourceFile};
 
 const INTERRUPTS: Desc = Desc::counter("node_interrupts_total", "Interrupt details.");
@@ -89,7 +89,7 @@ pub fn parse(s: &str) -> Result<Interrupts, ParseError> {
 pub fn parse_into(s: &str, out: &mut Interrupts) -> Result<(), ParseError> {
     out.rows.clear();
     out.counts.clear();
-    let mut lines = s.lines();
+    let mut lines = lines(s);
     let header = lines
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
@@ -97,7 +97,7 @@ pub fn parse_into(s: &str, out: &mut Interrupts) -> Result<(), ParseError> {
     let mut order = Order::default();
     for (i, line) in lines.enumerate() {
         let n = i + 2;
-        if line.trim().is_empty() {
+        if is_blank(line) {
             continue;
         }
         let Some(spans) = parse_row(s, line, n, out)? else {
@@ -171,7 +171,7 @@ fn parse_row(
         ));
     }
     let start = out.counts.len();
-    let mut words = rest.split_ascii_whitespace();
+    let mut words = fields(rest);
     for tok in words.by_ref().take(out.cpus.len()) {
         out.counts.push(u64_field(tok, n, name)?);
     }
@@ -228,7 +228,7 @@ pub fn normalize<'b>(raw: &'b str, buf: &'b mut String) -> &'b str {
         return raw;
     }
     buf.clear();
-    for (i, w) in raw.split_ascii_whitespace().enumerate() {
+    for (i, w) in fields(raw).enumerate() {
         if i > 0 {
             buf.push(' ');
         }

@@ -8,7 +8,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{f64_field, next_field, u64_field};
+use crate::parse::{f64_field, fields, next_field, u64_field};
 use crate::source::SourceFile;
 
 const LOAD1: Desc = Desc::gauge("node_load1", "1m load average.");
@@ -30,7 +30,7 @@ pub fn parse(s: &str) -> Result<LoadAvg, ParseError> {
         .lines()
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
-    let mut f = line.split_ascii_whitespace();
+    let mut f = fields(line);
     let avg = LoadAvg {
         one: f64_field(next_field(&mut f, 1, "load1")?, 1, "load1")?,
         five: f64_field(next_field(&mut f, 1, "load5")?, 1, "load5")?,

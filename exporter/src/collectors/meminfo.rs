@@ -11,7 +11,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{next_field, u64_field};
+use crate::parse::{fields, lines, next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// How the kernel prints a field's value.
@@ -122,9 +122,9 @@ pub fn parse(s: &str) -> Result<MemInfo, ParseError> {
     let mut m = MemInfo {
         values: [None; FIELDS.len()],
     };
-    for (i, line) in s.lines().enumerate() {
+    for (i, line) in lines(s).enumerate() {
         let n = i + 1;
-        let mut tokens = line.split_ascii_whitespace();
+        let mut tokens = fields(line);
         // Some old kernels print stray empty lines; node_exporter skipped them.
         let Some(key) = tokens.next() else { continue };
         let key = key

@@ -15,7 +15,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::u64_field;
+use crate::parse::{fields, lines, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// Column names of the receive and transmit halves of the header.
@@ -118,7 +118,7 @@ pub struct Interface<'a> {
 
 /// Checks the two header lines and returns an iterator over interfaces.
 pub fn parse(s: &str) -> Result<Interfaces<'_>, ParseError> {
-    let mut lines = s.lines();
+    let mut lines = lines(s);
     let first = lines
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
@@ -150,7 +150,7 @@ fn check_columns(line: &str) -> Result<(), ParseError> {
         }
     };
     for (half, names, want) in [("receive", rx, &RECEIVE), ("transmit", tx, &TRANSMIT)] {
-        if !names.split_ascii_whitespace().eq(want.iter().copied()) {
+        if !fields(names).eq(want.iter().copied()) {
             return Err(ParseError::new(
                 2,
                 format!("unexpected {half} columns {:?}", names.trim()),
@@ -161,7 +161,7 @@ fn check_columns(line: &str) -> Result<(), ParseError> {
 }
 
 pub struct Interfaces<'a> {
-    lines: std::iter::Enumerate<std::str::Lines<'a>>,
+    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
 }
 
 impl<'a> Iterator for Interfaces<'a> {
@@ -190,7 +190,7 @@ fn parse_interface(line: &str, lineno: usize) -> Result<Interface<'_>, ParseErro
     }
     let mut values = [0u64; COLUMNS];
     let mut n = 0;
-    for (i, tok) in rest.split_ascii_whitespace().enumerate() {
+    for (i, tok) in fields(rest).enumerate() {
         let slot = values.get_mut(i).ok_or_else(|| {
             ParseError::new(lineno, format!("{name}: more than {COLUMNS} counters"))
         })?;

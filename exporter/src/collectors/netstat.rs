@@ -23,7 +23,7 @@ use crate::collectors::Settings;
 use crate::collectors::dynamic::{DynamicFamilies, FamilyId};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType, Value};
-use crate::parse::{i64_field, u64_field};
+use crate::parse::{fields, i64_field, is_blank, lines, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// node_exporter 1.9's default for `--collector.netstat.fields`.
@@ -63,28 +63,26 @@ pub struct Section<'a> {
 impl<'a> Section<'a> {
     /// `(field name, value token)` in file order.
     pub fn fields(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        self.names
-            .split_ascii_whitespace()
-            .zip(self.values.split_ascii_whitespace())
+        self.names.split_ascii_whitespace().zip(fields(self.values))
     }
 }
 
 /// Parses /proc/net/netstat or /proc/net/snmp into checked sections.
 pub fn parse(s: &str) -> Sections<'_> {
     Sections {
-        lines: s.lines().enumerate(),
+        lines: lines(s).enumerate(),
     }
 }
 
 pub struct Sections<'a> {
-    lines: std::iter::Enumerate<std::str::Lines<'a>>,
+    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
 }
 
 impl<'a> Iterator for Sections<'a> {
     type Item = Result<Section<'a>, ParseError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (i, header) = self.lines.find(|(_, l)| !l.trim().is_empty())?;
+        let (i, header) = self.lines.find(|(_, l)| !is_blank(l))?;
         let values = self.lines.next();
         Some(section(header, i + 1, values.map(|(j, v)| (v, j + 1))))
     }
@@ -107,10 +105,7 @@ fn section<'a>(
     }
     // One pass over names and values together: validate each pair, and
     // count both sides only when their lengths turn out to differ.
-    let (mut name_it, mut value_it) = (
-        names.split_ascii_whitespace(),
-        vals.split_ascii_whitespace(),
-    );
+    let (mut name_it, mut value_it) = (fields(names), fields(vals));
     let mut n = 0;
     loop {
         match (name_it.next(), value_it.next()) {
@@ -174,14 +169,14 @@ pub struct Snmp6Field<'a> {
 
 /// Parses /proc/net/snmp6 line by line.
 pub fn parse_snmp6(s: &str) -> impl Iterator<Item = Result<Snmp6Field<'_>, ParseError>> {
-    s.lines()
+    lines(s)
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !is_blank(l))
         .map(|(i, l)| snmp6_line(l, i + 1))
 }
 
 fn snmp6_line(line: &str, lineno: usize) -> Result<Snmp6Field<'_>, ParseError> {
-    let mut toks = line.split_ascii_whitespace();
+    let mut toks = fields(line);
     let (name, tok) = match (toks.next(), toks.next(), toks.next()) {
         (Some(name), Some(tok), None) => (name, tok),
         _ => {

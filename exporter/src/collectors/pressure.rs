@@ -14,7 +14,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{f64_field, next_field, u64_field};
+use crate::parse::{f64_field, fields, lines, next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 const CPU_WAITING: Desc = Desc::counter(
@@ -88,9 +88,9 @@ pub fn parse(s: &str) -> Result<Psi, ParseError> {
         some_total_us: None,
         full_total_us: None,
     };
-    for (i, line) in s.lines().enumerate() {
+    for (i, line) in lines(s).enumerate() {
         let n = i + 1;
-        let mut tokens = line.split_ascii_whitespace();
+        let mut tokens = fields(line);
         let Some(kind) = tokens.next() else { continue };
         let slot = match kind {
             "some" => &mut psi.some_total_us,

@@ -14,7 +14,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, Value, u64_label};
-use crate::parse::{cpu_id, next_field, parse_fresh, u64_field};
+use crate::parse::{cpu_id, fields, lines, next_field, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
 const RUNNING: Desc = Desc::counter(
@@ -82,11 +82,11 @@ pub fn parse(s: &str) -> Result<Schedstat, ParseError> {
 /// unknown lines are skipped unparsed.
 pub fn parse_into(s: &str, out: &mut Schedstat) -> Result<(), ParseError> {
     out.cpus.clear();
-    let mut lines = s.lines();
+    let mut lines = lines(s);
     out.version = parse_version(lines.next().unwrap_or(""))?;
     for (i, line) in lines.enumerate() {
         let n = i + 2;
-        let mut f = line.split_ascii_whitespace();
+        let mut f = fields(line);
         let Some(id) = f.next().and_then(|k| k.strip_prefix("cpu")) else {
             continue;
         };
@@ -105,7 +105,7 @@ pub fn parse_into(s: &str, out: &mut Schedstat) -> Result<(), ParseError> {
 }
 
 fn parse_version(line: &str) -> Result<u64, ParseError> {
-    let mut f = line.split_ascii_whitespace();
+    let mut f = fields(line);
     if f.next() != Some("version") {
         return Err(ParseError::new(
             1,

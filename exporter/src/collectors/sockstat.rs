@@ -12,7 +12,7 @@ use crate::collectors::Settings;
 use crate::collectors::dynamic::DynamicFamilies;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, MetricType};
-use crate::parse::i64_field;
+use crate::parse::{fields, i64_field, is_blank, lines};
 use crate::source::{Read, SourceFile};
 
 const SOCKETS_USED: Desc = Desc::gauge(
@@ -36,16 +36,16 @@ pub struct Line<'a> {
 impl<'a> Line<'a> {
     /// `(key, value token)` pairs in file order.
     pub fn pairs(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        let mut toks = self.pairs.split_ascii_whitespace();
+        let mut toks = fields(self.pairs);
         std::iter::from_fn(move || Some((toks.next()?, toks.next()?)))
     }
 }
 
 /// Parses a sockstat file into checked lines.
 pub fn parse(s: &str) -> impl Iterator<Item = Result<Line<'_>, ParseError>> {
-    s.lines()
+    lines(s)
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !is_blank(l))
         .map(|(i, l)| line(l, i + 1))
 }
 
@@ -59,8 +59,8 @@ fn line(text: &str, lineno: usize) -> Result<Line<'_>, ParseError> {
             format!("invalid protocol name {proto:?}"),
         ));
     }
-    let n = pairs.split_ascii_whitespace().count();
-    if n == 0 || n % 2 != 0 {
+    let n = fields(pairs).count();
+    if n == 0 || !n.is_multiple_of(2) {
         return Err(ParseError::new(
             lineno,
             format!("{proto}: {n} tokens, expected key/value pairs"),

@@ -14,7 +14,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{parse_cpu_header, parse_fresh, u64_field};
+use crate::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
 const FUNCTIONS: Desc = Desc::counter("node_softirqs_functions_total", "Softirq counts per CPU.");
@@ -94,14 +94,14 @@ pub fn parse(s: &str) -> Result<Softirqs, ParseError> {
 pub fn parse_into(s: &str, out: &mut Softirqs) -> Result<(), ParseError> {
     out.rows.clear();
     out.counts.clear();
-    let mut lines = s.lines();
+    let mut lines = lines(s);
     let header = lines
         .next()
         .ok_or_else(|| ParseError::new(1, "empty file"))?;
     parse_cpu_header(header, 1, &mut out.cpus)?;
     for (i, line) in lines.enumerate() {
         let n = i + 2;
-        if line.trim().is_empty() {
+        if is_blank(line) {
             continue;
         }
         parse_row(line, n, out)?;
@@ -119,7 +119,7 @@ fn parse_row(line: &str, n: usize, out: &mut Softirqs) -> Result<(), ParseError>
     }
     let start = out.counts.len();
     let mut total = 0u64;
-    for tok in values.split_ascii_whitespace() {
+    for tok in fields(values) {
         let c = u64_field(tok, n, name)?;
         total = total
             .checked_add(c)

@@ -17,7 +17,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::hex_u64_field;
+use crate::parse::{fields, hex_u64_field, lines};
 use crate::source::{Read, SourceFile};
 
 const PROCESSED: Desc = Desc::counter(
@@ -98,13 +98,13 @@ pub struct CpuRow {
 /// kernel prints one format for all CPUs) and at least [`MIN_COLUMNS`].
 pub fn parse(s: &str) -> Rows<'_> {
     Rows {
-        lines: s.lines().enumerate(),
+        lines: lines(s).enumerate(),
         width: None,
     }
 }
 
 pub struct Rows<'a> {
-    lines: std::iter::Enumerate<std::str::Lines<'a>>,
+    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
     width: Option<usize>,
 }
 
@@ -120,7 +120,7 @@ impl Iterator for Rows<'_> {
 impl Rows<'_> {
     fn row(&mut self, index: usize, line: &str) -> Result<CpuRow, ParseError> {
         let lineno = index + 1;
-        let width = line.split_ascii_whitespace().count();
+        let width = fields(line).count();
         if width < MIN_COLUMNS {
             return Err(ParseError::new(
                 lineno,
@@ -140,7 +140,7 @@ impl Rows<'_> {
             cpu: index as u64,
             values: [None; COLUMNS.len()],
         };
-        for (col, tok) in line.split_ascii_whitespace().enumerate() {
+        for (col, tok) in fields(line).enumerate() {
             let v = hex_u64_field(tok, lineno, "softnet column")?;
             if let Some(k) = COLUMNS.iter().position(|c| c.index == col) {
                 row.values[k] = Some(v);

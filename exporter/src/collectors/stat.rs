@@ -19,7 +19,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{cpu_id, next_field, parse_fresh, u64_field};
+use crate::parse::{cpu_id, fields, lines, next_field, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
 const CPU: Desc = Desc::counter(
@@ -115,11 +115,11 @@ pub fn parse_into(s: &str, out: &mut Stat) -> Result<(), ParseError> {
     let mut btime = None;
     let mut running = None;
     let mut blocked = None;
-    let mut lines = 0;
-    for (i, line) in s.lines().enumerate() {
+    let mut line_count = 0;
+    for (i, line) in lines(s).enumerate() {
         let n = i + 1;
-        lines = n;
-        let mut f = line.split_ascii_whitespace();
+        line_count = n;
+        let mut f = fields(line);
         let Some(key) = f.next() else { continue };
         let slot = match key {
             "cpu" => {
@@ -143,7 +143,7 @@ pub fn parse_into(s: &str, out: &mut Stat) -> Result<(), ParseError> {
         };
         *slot = Some(u64_field(next_field(&mut f, n, key)?, n, key)?);
     }
-    let end = lines + 1;
+    let end = line_count + 1;
     let need = |v: Option<u64>, key: &str| {
         v.ok_or_else(|| ParseError::new(end, format!("missing `{key}` line")))
     };

@@ -14,7 +14,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
-use crate::parse::u64_field;
+use crate::parse::{fields, is_blank, lines, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// Whether a field is exported; the prefix form of node_exporter's regex
@@ -47,14 +47,14 @@ pub struct Field<'a> {
 /// collector needs no per-scrape storage. Each line must be exactly
 /// `name value`, with a name usable in a metric name.
 pub fn parse(s: &str) -> impl Iterator<Item = Result<Field<'_>, ParseError>> {
-    s.lines()
+    lines(s)
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !is_blank(l))
         .map(|(i, l)| parse_line(l, i + 1))
 }
 
 fn parse_line(line: &str, n: usize) -> Result<Field<'_>, ParseError> {
-    let mut tokens = line.split_ascii_whitespace();
+    let mut tokens = fields(line);
     let (Some(name), Some(value), None) = (tokens.next(), tokens.next(), tokens.next()) else {
         return Err(ParseError::new(
             n,

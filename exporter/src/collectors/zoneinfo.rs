@@ -16,7 +16,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::u64_field;
+use crate::parse::{fields, lines, u64_field};
 use crate::source::{Read, SourceFile};
 
 struct Field {
@@ -237,9 +237,9 @@ impl Zone<'_> {
 /// keeps its last value, also as procfs does.
 pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), ParseError> {
     zones.clear();
-    for (i, line) in s.lines().enumerate() {
+    for (i, line) in lines(s).enumerate() {
         let n = i + 1;
-        let mut tokens = line.split_ascii_whitespace();
+        let mut tokens = fields(line);
         let Some(key) = tokens.next() else { continue };
         if key == "Node" {
             let zone = header(line, n)?;
@@ -282,7 +282,7 @@ pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), Parse
 /// Parses `Node 0, zone   Normal`.
 fn header(line: &str, n: usize) -> Result<Zone<'_>, ParseError> {
     let bad = || ParseError::new(n, format!("expected `Node N, zone NAME`, found {line:?}"));
-    let mut t = line.split_ascii_whitespace().skip(1);
+    let mut t = fields(line).skip(1);
     let (Some(node), Some("zone"), Some(zone), None) = (t.next(), t.next(), t.next(), t.next())
     else {
         return Err(bad());
