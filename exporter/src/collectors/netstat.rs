@@ -23,7 +23,7 @@ use crate::collectors::Settings;
 use crate::collectors::dynamic::{DynamicFamilies, FamilyId};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType, Value};
-use crate::parse::{fields, i64_field, is_blank, lines, u64_field};
+use crate::parse::{fields, i64_field, is_blank, lines, plain_u64, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// node_exporter 1.9's default for `--collector.netstat.fields`.
@@ -47,8 +47,9 @@ pub fn number(tok: &str, line: usize, what: &str) -> Result<Value, ParseError> {
     }
 }
 
-/// One `Proto: names` / `Proto: values` pair of lines, already checked:
-/// same protocol, same number of fields, every value a number.
+/// One `Proto: names` / `Proto: values` pair of lines. Those [`parse`]
+/// yields are checked: same protocol, same number of fields, every value a
+/// number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Section<'a> {
     pub proto: &'a str,
@@ -58,37 +59,59 @@ pub struct Section<'a> {
     values: &'a str,
     /// Line number of the values line.
     pub line: usize,
+    header_line: usize,
 }
 
 impl<'a> Section<'a> {
     /// `(field name, value token)` in file order.
     pub fn fields(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        self.names.split_ascii_whitespace().zip(fields(self.values))
+        fields(self.names).zip(fields(self.values))
     }
 }
 
 /// Parses /proc/net/netstat or /proc/net/snmp into checked sections.
 pub fn parse(s: &str) -> Sections<'_> {
-    Sections {
-        lines: lines(s).enumerate(),
-    }
+    Sections { pairs: pairs(s) }
 }
 
 pub struct Sections<'a> {
-    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
+    pairs: Pairs<'a>,
 }
 
 impl<'a> Iterator for Sections<'a> {
     type Item = Result<Section<'a>, ParseError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (i, header) = self.lines.find(|(_, l)| !is_blank(l))?;
-        let values = self.lines.next();
-        Some(section(header, i + 1, values.map(|(j, v)| (v, j + 1))))
+        let pair = self.pairs.next()?;
+        Some(pair.and_then(|p| check_fields(&p).map(|()| p)))
     }
 }
 
-fn section<'a>(
+/// The line pairs of a netstat/snmp file with their protocols checked but
+/// not yet their fields: the collector checks the fields of a pair whose
+/// header it has seen before while it writes the values (see
+/// [`emit_values`]), so each value is parsed once per scrape.
+fn pairs(s: &str) -> Pairs<'_> {
+    Pairs {
+        lines: lines(s).enumerate(),
+    }
+}
+
+struct Pairs<'a> {
+    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = Result<Section<'a>, ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (i, header) = self.lines.find(|(_, l)| !is_blank(l))?;
+        let values = self.lines.next();
+        Some(pair(header, i + 1, values.map(|(j, v)| (v, j + 1))))
+    }
+}
+
+fn pair<'a>(
     header: &'a str,
     header_line: usize,
     values: Option<(&'a str, usize)>,
@@ -103,43 +126,55 @@ fn section<'a>(
             format!("values for {vproto:?} follow the {proto:?} header"),
         ));
     }
-    // One pass over names and values together: validate each pair, and
-    // count both sides only when their lengths turn out to differ.
-    let (mut name_it, mut value_it) = (fields(names), fields(vals));
-    let mut n = 0;
-    loop {
-        match (name_it.next(), value_it.next()) {
-            (Some(name), Some(tok)) => {
-                if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                    return Err(ParseError::new(
-                        header_line,
-                        format!("{proto}: invalid field name {name:?}"),
-                    ));
-                }
-                number(tok, line, name)?;
-                n += 1;
-            }
-            (None, None) => break,
-            (extra_name, extra_value) => {
-                let n_names = n + usize::from(extra_name.is_some()) + name_it.count();
-                let n_values = n + usize::from(extra_value.is_some()) + value_it.count();
-                return Err(ParseError::new(
-                    line,
-                    format!("{proto}: {n_names} names but {n_values} values"),
-                ));
-            }
-        }
-    }
-    if n == 0 {
-        return Err(ParseError::new(line, format!("{proto}: no fields")));
-    }
     Ok(Section {
         proto,
         header,
         names,
         values: vals,
         line,
+        header_line,
     })
+}
+
+/// Checks a pair's fields: every name usable in a metric name, every value
+/// a number, as many names as values, and at least one.
+fn check_fields(s: &Section) -> Result<(), ParseError> {
+    // One pass over names and values together: validate each pair, and
+    // count both sides only when their lengths turn out to differ.
+    let (mut name_it, mut value_it) = (fields(s.names), fields(s.values));
+    let mut n = 0;
+    loop {
+        match (name_it.next(), value_it.next()) {
+            (Some(name), Some(tok)) => {
+                if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    return Err(ParseError::new(
+                        s.header_line,
+                        format!("{}: invalid field name {name:?}", s.proto),
+                    ));
+                }
+                number(tok, s.line, name)?;
+                n += 1;
+            }
+            (None, None) => break,
+            (extra_name, _) => {
+                let n_names = n + usize::from(extra_name.is_some()) + name_it.count();
+                return Err(count_mismatch(s, n_names));
+            }
+        }
+    }
+    if n == 0 {
+        return Err(ParseError::new(s.line, format!("{}: no fields", s.proto)));
+    }
+    Ok(())
+}
+
+/// The error for a values line whose length differs from its header's.
+fn count_mismatch(s: &Section, n_names: usize) -> ParseError {
+    let n_values = fields(s.values).count();
+    ParseError::new(
+        s.line,
+        format!("{}: {n_names} names but {n_values} values", s.proto),
+    )
 }
 
 /// `TcpExt: a b c` → (`TcpExt`, ` a b c`).
@@ -267,16 +302,17 @@ fn emit_sections(
     headers: &mut Vec<HeaderSelection>,
     enc: &mut Encoder,
 ) -> Result<(), ParseError> {
-    for section in parse(text) {
+    for section in pairs(text) {
         let section = section?;
         let idx = match headers.iter().position(|h| h.header == section.header) {
             Some(i) => i,
             None => {
+                check_fields(&section)?;
                 if headers.len() >= MAX_CACHED_HEADERS {
                     headers.clear();
                 }
                 let mut families = Vec::new();
-                for (field, _) in section.fields() {
+                for field in fields(section.names) {
                     families.push(sel.family_for(section.proto, field, section.line)?);
                 }
                 headers.push(HeaderSelection {
@@ -286,13 +322,41 @@ fn emit_sections(
                 headers.len() - 1
             }
         };
-        let selection = &headers[idx].families;
-        for ((field, tok), id) in section.fields().zip(selection) {
-            if let Some(id) = *id {
-                sel.families
-                    .write(id, enc, number(tok, section.line, field)?);
+        emit_values(&section, &headers[idx].families, sel.families, enc)?;
+    }
+    Ok(())
+}
+
+/// Parses every value of a pair whose header is cached, writing the
+/// selected ones. The cached header's names passed [`check_fields`] and
+/// `selection` has one entry per name, so only the values remain to check,
+/// and they fail exactly as [`check_fields`] would fail them.
+fn emit_values(
+    section: &Section,
+    selection: &[Option<FamilyId>],
+    families: &DynamicFamilies,
+    enc: &mut Encoder,
+) -> Result<(), ParseError> {
+    let mut values = fields(section.values);
+    for (i, id) in selection.iter().enumerate() {
+        let tok = values
+            .next()
+            .ok_or_else(|| count_mismatch(section, selection.len()))?;
+        let value = match plain_u64(tok) {
+            Some(v) => Value::U64(v),
+            // Negative, or malformed: the full parser, naming the field in
+            // its error. Looking the name up is slow but rare.
+            None => {
+                let name = fields(section.names).nth(i).unwrap_or_default();
+                number(tok, section.line, name)?
             }
+        };
+        if let Some(id) = *id {
+            families.write(id, enc, value);
         }
+    }
+    if values.next().is_some() {
+        return Err(count_mismatch(section, selection.len()));
     }
     Ok(())
 }
@@ -454,6 +518,36 @@ mod tests {
         let e = sections("Tcp: A B-C\nTcp: 1 2\n").unwrap_err();
         assert_eq!(e.line, 1);
         assert!(e.msg.contains("B-C"), "{}", e.msg);
+    }
+
+    #[test]
+    fn cached_header_fails_like_a_new_one() {
+        let re = Regex::new(&format!("(?:{NODE_EXPORTER_FIELDS})|(?:{USESCOPE_FIELDS})")).unwrap();
+        let mut families = DynamicFamilies::new(MetricType::Untyped);
+        let mut sel = Selector {
+            select: &re,
+            families: &mut families,
+        };
+        let mut headers = Vec::new();
+        let mut emit = |text: &str| {
+            let mut buf = Vec::new();
+            let mut enc = Encoder::new(&mut buf, crate::exposition::Format::PrometheusText);
+            emit_sections(text, &mut sel, &mut headers, &mut enc).map(|()| buf.len())
+        };
+        emit("Tcp: MaxConn InErrs RetransSegs\nTcp: 1 2 3\n").unwrap();
+        for values in [
+            "-1 +2 3",
+            "1 x 3",
+            "1 2",
+            "1 2 3 4",
+            "1 2 18446744073709551616",
+            "",
+        ] {
+            let text = format!("Tcp: MaxConn InErrs RetransSegs\nTcp: {values}\n");
+            let fresh = sections(&text).map(|_| ()).map_err(|e| (e.line, e.msg));
+            let cached = emit(&text).map(|_| ()).map_err(|e| (e.line, e.msg));
+            assert_eq!(cached, fresh, "{values:?}");
+        }
     }
 
     #[test]
