@@ -111,6 +111,25 @@ impl<'a> Iterator for Fields<'a> {
     }
 }
 
+/// What follows `key` in `line` when `key` is the line's first
+/// whitespace-separated token: lets a collector that remembers the name
+/// it saw on a line last scrape (and checked then) skip tokenising and
+/// checking it again.
+pub fn after_key<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let rest = line.strip_prefix(key)?;
+    match rest.as_bytes().first() {
+        Some(b) if !b.is_ascii_whitespace() => None,
+        _ => Some(rest),
+    }
+}
+
+/// The only token of `s`, or `None` if it has none or several.
+pub fn single_field(s: &str) -> Option<&str> {
+    let mut tokens = fields(s);
+    let tok = tokens.next()?;
+    tokens.next().is_none().then_some(tok)
+}
+
 /// Parses a signed decimal field (a few kernel counters can be negative).
 pub fn i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> {
     tok.parse::<i64>()
@@ -240,6 +259,17 @@ mod tests {
                 .map_err(|e| format!("f: invalid unsigned integer {tok:?}: {e}"));
             assert_eq!(ours, std, "{tok:?}");
         }
+    }
+
+    #[test]
+    fn key_and_single_value() {
+        assert_eq!(after_key("pgfault 12", "pgfault"), Some(" 12"));
+        assert_eq!(after_key("pgfault", "pgfault"), Some(""));
+        assert_eq!(after_key("pgfaults 12", "pgfault"), None);
+        assert_eq!(after_key(" pgfault 12", "pgfault"), None);
+        assert_eq!(single_field(" 12 "), Some("12"));
+        assert_eq!(single_field(" 12 3"), None);
+        assert_eq!(single_field("  "), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
-use crate::parse::{fields, is_blank, lines, u64_field};
+use crate::parse::{after_key, fields, is_blank, lines, single_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// Whether a field is exported; the prefix form of node_exporter's regex
@@ -47,10 +47,15 @@ pub struct Field<'a> {
 /// collector needs no per-scrape storage. Each line must be exactly
 /// `name value`, with a name usable in a metric name.
 pub fn parse(s: &str) -> impl Iterator<Item = Result<Field<'_>, ParseError>> {
+    numbered_lines(s).map(|(n, l)| parse_line(l, n))
+}
+
+/// The non-empty lines with their 1-based line numbers.
+fn numbered_lines(s: &str) -> impl Iterator<Item = (usize, &str)> {
     lines(s)
         .enumerate()
         .filter(|(_, l)| !is_blank(l))
-        .map(|(i, l)| parse_line(l, i + 1))
+        .map(|(i, l)| (i + 1, l))
 }
 
 fn parse_line(line: &str, n: usize) -> Result<Field<'_>, ParseError> {
@@ -139,6 +144,16 @@ impl Selection {
         Ok(slot.family.as_ref())
     }
 
+    /// The name and value token of a line that starts with the name
+    /// cached at `pos`. That name passed [`parse_line`]'s checks when it
+    /// was cached, so only the value is left to parse; any other line
+    /// (`None`) goes through [`parse_line`].
+    fn cached_value<'a>(&self, pos: usize, line: &'a str) -> Option<(&'a str, &'a str)> {
+        let name = &self.slots.get(pos)?.name;
+        let value = single_field(after_key(line, name)?)?;
+        Some((&line[..name.len()], value))
+    }
+
     /// Forgets positions past the end of the file and, after any change,
     /// rejects a field exported twice (which would make a duplicate series).
     fn finish(&mut self, len: usize) -> Result<(), ParseError> {
@@ -180,8 +195,15 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 /// this collector's partial output.
 fn encode(text: &str, selection: &mut Selection, enc: &mut Encoder) -> Result<(), ParseError> {
     let mut len = 0;
-    for (pos, field) in parse(text).enumerate() {
-        let field = field?;
+    for (pos, (n, line)) in numbered_lines(text).enumerate() {
+        let field = match selection.cached_value(pos, line) {
+            Some((name, value)) => Field {
+                line: n,
+                name,
+                value: u64_field(value, n, name)?,
+            },
+            None => parse_line(line, n)?,
+        };
         if let Some(family) = selection.family_at(pos, &field)? {
             enc.family_named(&family.name, &family.help, MetricType::Untyped);
             enc.sample_named(&family.name, "", &[], None, field.value.into());
@@ -353,6 +375,27 @@ mod tests {
         );
         // Only the exported fields of the current sequence hold families.
         assert_eq!(sel.exported, 2);
+    }
+
+    #[test]
+    fn cached_lines_fail_like_new_ones() {
+        let mut cached = Selection::default();
+        render("nr_free_pages 1\npgfault 2\n", &mut cached).unwrap();
+        for line in [
+            "pgfault x",
+            "pgfault -1",
+            "pgfault +5",
+            "pgfault 18446744073709551616",
+            "pgfault",
+            "pgfault 1 2",
+            "pgfault\t3",
+            "pgfaults 3",
+        ] {
+            let text = format!("nr_free_pages 1\n{line}\n");
+            let fresh = render(&text, &mut Selection::default());
+            assert_eq!(render(&text, &mut cached), fresh, "{line:?}");
+            render("nr_free_pages 1\npgfault 2\n", &mut cached).unwrap();
+        }
     }
 
     #[test]
