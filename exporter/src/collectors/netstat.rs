@@ -23,7 +23,9 @@ use crate::collectors::Settings;
 use crate::collectors::dynamic::{DynamicFamilies, FamilyId};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType, Value};
-use crate::parse::{fields, i64_field, is_blank, lines, plain_u64, u64_field};
+use crate::parse::{
+    after_key, fields, i64_field, is_blank, lines, plain_u64, single_field, u64_field,
+};
 use crate::source::{Read, SourceFile};
 
 /// node_exporter 1.9's default for `--collector.netstat.fields`.
@@ -204,10 +206,15 @@ pub struct Snmp6Field<'a> {
 
 /// Parses /proc/net/snmp6 line by line.
 pub fn parse_snmp6(s: &str) -> impl Iterator<Item = Result<Snmp6Field<'_>, ParseError>> {
+    numbered_lines(s).map(|(n, l)| snmp6_line(l, n))
+}
+
+/// The non-empty lines with their 1-based line numbers.
+fn numbered_lines(s: &str) -> impl Iterator<Item = (usize, &str)> {
     lines(s)
         .enumerate()
         .filter(|(_, l)| !is_blank(l))
-        .map(|(i, l)| snmp6_line(l, i + 1))
+        .map(|(i, l)| (i + 1, l))
 }
 
 fn snmp6_line(line: &str, lineno: usize) -> Result<Snmp6Field<'_>, ParseError> {
@@ -367,26 +374,36 @@ fn emit_snmp6(
     names: &mut Vec<(Box<str>, Option<FamilyId>)>,
     enc: &mut Encoder,
 ) -> Result<(), ParseError> {
-    for (i, f) in parse_snmp6(text).enumerate() {
-        let f = f?;
-        let cached = names
-            .get(i)
-            .filter(|(n, _)| **n == *f.name)
-            .map(|(_, d)| *d);
-        let id = match cached {
-            Some(d) => d,
+    for (i, (n, line)) in numbered_lines(text).enumerate() {
+        let (id, value) = match cached_snmp6(names, i, line) {
+            Some((name, id, tok)) => (id, number(tok, n, name)?),
             None => {
-                let d = sel.family_for(f.proto, f.field, f.line)?;
+                let f = snmp6_line(line, n)?;
+                let id = sel.family_for(f.proto, f.field, f.line)?;
                 names.truncate(i);
-                names.push((f.name.into(), d));
-                d
+                names.push((f.name.into(), id));
+                (id, f.value)
             }
         };
         if let Some(id) = id {
-            sel.families.write(id, enc, f.value);
+            sel.families.write(id, enc, value);
         }
     }
     Ok(())
+}
+
+/// The name, family and value token of an snmp6 line that starts with the
+/// name cached for position `i`. That name passed [`snmp6_line`]'s checks
+/// when it was cached, so only the value is left to parse; any other line
+/// (`None`) goes through [`snmp6_line`].
+fn cached_snmp6<'n, 'l>(
+    names: &'n [(Box<str>, Option<FamilyId>)],
+    i: usize,
+    line: &'l str,
+) -> Option<(&'n str, Option<FamilyId>, &'l str)> {
+    let (name, id) = names.get(i)?;
+    let tok = single_field(after_key(line, name)?)?;
+    Some((name, *id, tok))
 }
 
 impl Collector for NetStatCollector {
@@ -547,6 +564,41 @@ mod tests {
             let fresh = sections(&text).map(|_| ()).map_err(|e| (e.line, e.msg));
             let cached = emit(&text).map(|_| ()).map_err(|e| (e.line, e.msg));
             assert_eq!(cached, fresh, "{values:?}");
+        }
+    }
+
+    #[test]
+    fn cached_snmp6_lines_fail_like_new_ones() {
+        let re = Regex::new(&format!("(?:{NODE_EXPORTER_FIELDS})|(?:{USESCOPE_FIELDS})")).unwrap();
+        let mut families = DynamicFamilies::new(MetricType::Untyped);
+        let mut sel = Selector {
+            select: &re,
+            families: &mut families,
+        };
+        let mut cached = Vec::new();
+        let mut emit = |text: &str, names: &mut Vec<_>| {
+            let mut buf = Vec::new();
+            let mut enc = Encoder::new(&mut buf, crate::exposition::Format::PrometheusText);
+            emit_snmp6(text, &mut sel, names, &mut enc)
+                .map(|()| String::from_utf8(buf).unwrap())
+                .map_err(|e| (e.line, e.msg))
+        };
+        let good = "Ip6InReceives 1\nUdp6InErrors 2\n";
+        emit(good, &mut cached).unwrap();
+        for line in [
+            "Udp6InErrors x",
+            "Udp6InErrors -1",
+            "Udp6InErrors +5",
+            "Udp6InErrors 18446744073709551616",
+            "Udp6InErrors",
+            "Udp6InErrors 1 2",
+            "Udp6InErrorsX 3",
+            "Udp6InErrors-x 3",
+        ] {
+            let text = format!("Ip6InReceives 1\n{line}\n");
+            let fresh = emit(&text, &mut Vec::new());
+            assert_eq!(emit(&text, &mut cached), fresh, "{line:?}");
+            emit(good, &mut cached).unwrap();
         }
     }
 
