@@ -130,6 +130,39 @@ pub fn single_field(s: &str) -> Option<&str> {
     tokens.next().is_none().then_some(tok)
 }
 
+/// Finds a key in a collector's fixed table of up to 64 keys without
+/// comparing it with every one: bit `i` of `by_len[n]` is set when key `i`
+/// is `n` bytes long, so a key is compared only with the few as long as
+/// it. Most lines of zoneinfo and meminfo are looked up, and the plain
+/// linear search was a tenth of a scrape. Built in a `const` (see
+/// [`KeysByLen::with`]), so a table that does not fit fails the build.
+pub struct KeysByLen {
+    by_len: [u64; 32],
+}
+
+impl KeysByLen {
+    pub const EMPTY: KeysByLen = KeysByLen { by_len: [0; 32] };
+
+    /// Adds `key` as entry `i` of the table.
+    pub const fn with(mut self, i: usize, key: &str) -> KeysByLen {
+        self.by_len[key.len()] |= 1 << i;
+        self
+    }
+
+    /// The index of `key`, given how to read the table's key `i`.
+    pub fn find<'t>(&self, key: &str, key_at: impl Fn(usize) -> &'t str) -> Option<usize> {
+        let mut candidates = self.by_len.get(key.len()).copied().unwrap_or(0);
+        while candidates != 0 {
+            let i = candidates.trailing_zeros() as usize;
+            if key_at(i) == key {
+                return Some(i);
+            }
+            candidates &= candidates - 1;
+        }
+        None
+    }
+}
+
 /// Parses a signed decimal field (a few kernel counters can be negative).
 pub fn i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> {
     tok.parse::<i64>()

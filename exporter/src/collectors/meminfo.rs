@@ -11,7 +11,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, next_field, u64_field};
+use crate::parse::{KeysByLen, fields, lines, next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// How the kernel prints a field's value.
@@ -99,6 +99,22 @@ const FIELDS: [Field; 51] = [
     field!("Zswapped", "Zswapped_bytes", Kb),
 ];
 
+/// [`FIELDS`]' keys, for [`field_index`].
+const KEYS: KeysByLen = {
+    let mut keys = KeysByLen::EMPTY;
+    let mut i = 0;
+    while i < FIELDS.len() {
+        keys = keys.with(i, FIELDS[i].key);
+        i += 1;
+    }
+    keys
+};
+
+/// The index in [`FIELDS`] of the field whose kernel key is `key`.
+fn field_index(key: &str) -> Option<usize> {
+    KEYS.find(key, |i| FIELDS[i].key)
+}
+
 /// The exported fields' values in export units (bytes, or pages for
 /// `HugePages_*`), indexed like [`FIELDS`]; `None` where the kernel does not
 /// print the field.
@@ -110,7 +126,7 @@ pub struct MemInfo {
 impl MemInfo {
     /// A field's exported value by its kernel key, e.g. `"Active(anon)"`.
     pub fn get(&self, key: &str) -> Option<u64> {
-        let i = FIELDS.iter().position(|f| f.key == key)?;
+        let i = field_index(key)?;
         self.values[i]
     }
 }
@@ -141,7 +157,7 @@ pub fn parse(s: &str) -> Result<MemInfo, ParseError> {
                 return Err(ParseError::new(n, format!("{key}: extra column {extra:?}")));
             }
         };
-        if let Some(idx) = FIELDS.iter().position(|f| f.key == key) {
+        if let Some(idx) = field_index(key) {
             m.values[idx] = Some(in_export_unit(&FIELDS[idx], value, unit, n)?);
         }
     }
@@ -204,6 +220,17 @@ mod tests {
     use proptest::prelude::*;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/meminfo");
+
+    #[test]
+    fn field_index_finds_every_key() {
+        for (i, f) in FIELDS.iter().enumerate() {
+            assert_eq!(field_index(f.key), Some(i), "{}", f.key);
+        }
+        for other in ["", "MemTotal:", "Mem", "HugePages_Totally", "DirectMap8k"] {
+            assert_eq!(field_index(other), None, "{other}");
+        }
+        assert_eq!(field_index(&"M".repeat(100)), None);
+    }
 
     #[test]
     fn table_is_sorted_like_node_exporter_output() {

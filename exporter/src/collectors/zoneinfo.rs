@@ -16,7 +16,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, u64_field};
+use crate::parse::{KeysByLen, fields, lines, u64_field};
 use crate::source::{Read, SourceFile};
 
 struct Field {
@@ -191,32 +191,20 @@ const FIELDS: [Field; 34] = [
     ),
 ];
 
-/// The [`FIELDS`] entries by key length: bit `i` of `KEYS_BY_LEN[n]` is set
-/// when `FIELDS[i].key` is `n` bytes long. Most zoneinfo lines are not
-/// exported, and comparing each line's key with all 34 keys was a tenth of
-/// a scrape; this way a key is compared only with the few as long as it.
-const KEYS_BY_LEN: [u64; 32] = {
-    let mut by_len = [0u64; 32];
+/// [`FIELDS`]' keys, for [`field_index`].
+const KEYS: KeysByLen = {
+    let mut keys = KeysByLen::EMPTY;
     let mut i = 0;
     while i < FIELDS.len() {
-        // Fails the build if a key outgrows the table or FIELDS the u64.
-        by_len[FIELDS[i].key.len()] |= 1 << i;
+        keys = keys.with(i, FIELDS[i].key);
         i += 1;
     }
-    by_len
+    keys
 };
 
 /// The index in [`FIELDS`] of the field whose kernel key is `key`.
 fn field_index(key: &str) -> Option<usize> {
-    let mut candidates = KEYS_BY_LEN.get(key.len()).copied().unwrap_or(0);
-    while candidates != 0 {
-        let i = candidates.trailing_zeros() as usize;
-        if FIELDS[i].key == key {
-            return Some(i);
-        }
-        candidates &= candidates - 1;
-    }
-    None
+    KEYS.find(key, |i| FIELDS[i].key)
 }
 
 /// Protection entries a zone can have: one per zone type of the node, and
