@@ -27,7 +27,7 @@ COPY --from=build /src/target/release/usescope /usr/local/bin/usescope
 # process no capabilities except through the binary's file capabilities, so
 # the binary carries exactly the start-up set (docs/deployment.md):
 #   cap_bpf, cap_perfmon  load and attach the probes
-#   cap_sys_admin         BPF_ENABLE_STATS only (usescope_bpf_program_*)
+#   cap_sys_admin         --probe.bpf-stats only (BPF_ENABLE_STATS, usescope_bpf_program_*)
 #   cap_setpcap           empty the bounding set before dropping everything
 # "+ep": permitted and effective from exec, because usescope does not raise
 # capabilities itself.

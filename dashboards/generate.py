@@ -636,13 +636,13 @@ def ebpf():
         "Collectors whose last scrape failed (0 = failed). Bad: any 0: that collector's metrics are missing.",
         "none", targets((f'node_scrape_collector_success{{{SEL}}} == 0', "{{collector}}"))), 8, 6)
     L.add(timeseries("BPF CPU time per program",
-        "CPU seconds per second spent in each BPF program (kernel.bpf_stats_enabled). Bad: above a few percent of one CPU on a hot path.",
+        "CPU seconds per second spent in each BPF program (kernel BPF statistics: needs usescope --probe.bpf-stats). Bad: above a few percent of one CPU on a hot path.",
         "percentunit", targets((f'rate(usescope_bpf_program_run_seconds_total{{{SEL}}}[{RI}])', "{{probe}}/{{program}}")), minimum=0), 8, 8)
     L.add(timeseries("BPF cost per run",
-        "Average time per program run. Bad: well above ~100 ns for a per-CPU counter update.",
+        "Average time per program run (needs --probe.bpf-stats). Bad: well above ~100 ns for a per-CPU counter update.",
         "s", targets((f'rate(usescope_bpf_program_run_seconds_total{{{SEL}}}[{RI}]) / (rate(usescope_bpf_program_runs_total{{{SEL}}}[{RI}]) > 0)', "{{probe}}/{{program}}"))), 8, 8)
     L.add(timeseries("BPF runs per second",
-        "Program invocations per second (event rate of each hook). Bad: millions per second on one hook: consider turning that probe off.",
+        "Program invocations per second, the event rate of each hook (needs --probe.bpf-stats). Bad: millions per second on one hook: consider turning that probe off.",
         "cps", targets((f'rate(usescope_bpf_program_runs_total{{{SEL}}}[{RI}])', "{{probe}}/{{program}}"))), 8, 8)
     return dashboard("ebpf", "usescope / eBPF",
                      "What /proc cannot show: run-queue latency, page-cache hits and misses, packet drops by reason, and the probes' own status and cost.", L)

@@ -13,7 +13,7 @@
 //! The capabilities needed *before* this point are documented in
 //! docs/deployment.md: CAP_BPF and CAP_PERFMON to load and attach tracing
 //! programs, CAP_SYS_ADMIN only for the kernel's BPF run-time statistics
-//! (BPF_ENABLE_STATS), CAP_SETUID/CAP_SETGID/CAP_SETPCAP to drop privileges.
+//! (BPF_ENABLE_STATS, with --probe.bpf-stats), CAP_SETUID/CAP_SETGID/CAP_SETPCAP to drop privileges.
 
 use std::ffi::CString;
 

@@ -630,24 +630,36 @@ fn a_killed_loader_takes_only_the_probes_down() {
     panic!("the loader was never caught alive in 5 attempts");
 }
 
+/// BPF run-time statistics cost every BPF program on the host, so they
+/// are off unless asked for; asked for, they count the probe's runs.
 #[test]
-fn no_bpf_stats_flag_exports_no_program_statistics() {
-    if !can_run_bpf("no_bpf_stats_flag_exports_no_program_statistics") {
+fn bpf_statistics_are_opt_in() {
+    if !can_run_bpf("bpf_statistics_are_opt_in") {
         return;
     }
     let _g = serial();
-    let mut args = ARGS.to_vec();
-    args.push("--no-probe.bpf-stats");
-    let d = Daemon::start(&args);
+    let d = Daemon::start(ARGS);
     let expo = d.scrape();
     if !probe_up(&d, &expo, "drops") {
         return;
     }
     assert!(!expo.contains("usescope_bpf_program_"), "{expo}");
     assert!(d.stop().success());
-    let d = Daemon::start(ARGS);
-    let expo = d.scrape();
-    assert!(expo.contains("usescope_bpf_program_runs_total{probe=\"drops\""));
+
+    let mut args = ARGS.to_vec();
+    args.push("--probe.bpf-stats");
+    let d = Daemon::start(&args);
+    // Summed over the probe's programs: one, whichever mode attached.
+    let runs = |e: &str| -> f64 {
+        e.lines()
+            .filter(|l| l.starts_with("usescope_bpf_program_runs_total{probe=\"drops\","))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let before = runs(&d.scrape());
+    udp_to_closed_port(100);
+    let after = runs(&d.scrape());
+    assert!(after - before >= 100.0, "{before} -> {after}");
     assert!(d.stop().success());
 }
 

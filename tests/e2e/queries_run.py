@@ -42,7 +42,7 @@ ALLOWED_EMPTY = [
      'usescope_probe_up{probe="runqlat"} == 1'),
     (r"usescope_page_cache", "cachestat probe not attached", 'usescope_probe_up{probe="cachestat"} == 1'),
     (r"usescope_skb_drops", "drops probe not attached", 'usescope_probe_up{probe="drops"} == 1'),
-    (r"usescope_bpf_program", "no probe attached, or no CAP_SYS_ADMIN for BPF run-time stats",
+    (r"usescope_bpf_program", "BPF run-time stats are opt-in (--probe.bpf-stats, needs CAP_SYS_ADMIN)",
      "usescope_bpf_program_runs_total"),
     (r"nf_conntrack", "no nf_conntrack module loaded", "node_nf_conntrack_entries_limit"),
     (r"node_pressure_", "kernel without PSI (CONFIG_PSI)", "node_pressure_cpu_waiting_seconds_total"),

@@ -110,7 +110,7 @@ pub struct ProbeSettings {
     /// `--probe.drops.protocol-label`: a `protocol` label on drops.
     pub drops_protocol_label: bool,
     /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
-    /// statistics (on by default).
+    /// statistics (off by default: they cost every BPF program on the host).
     pub bpf_stats: bool,
 }
 
@@ -121,7 +121,7 @@ impl Default for ProbeSettings {
             runqlat_per_cpu: false,
             runqlat_max_tasks: DEFAULT_RUNQLAT_MAX_TASKS,
             drops_protocol_label: false,
-            bpf_stats: true,
+            bpf_stats: false,
         }
     }
 }
@@ -152,7 +152,7 @@ pub fn add_args(cmd: Command) -> Command {
             .long("probe.bpf-stats")
             .action(ArgAction::SetTrue)
             .overrides_with("no-probe.bpf-stats")
-            .help("Export usescope_bpf_program_* by enabling the kernel's BPF run-time statistics (default: enabled). They cost every BPF program on the host two clock reads per run; --no-probe.bpf-stats turns them off"),
+            .help("Export usescope_bpf_program_* by enabling the kernel's BPF run-time statistics (default: disabled). Needs CAP_SYS_ADMIN, and while on, every BPF program on the host, not only usescope's, pays two clock reads per run"),
     )
     .arg(
         Arg::new("no-probe.bpf-stats")
@@ -178,7 +178,7 @@ pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSetting
             .copied()
             .unwrap_or(DEFAULT_RUNQLAT_MAX_TASKS),
         drops_protocol_label: m.get_flag("probe.drops.protocol-label"),
-        bpf_stats: !m.get_flag("no-probe.bpf-stats"),
+        bpf_stats: m.get_flag("probe.bpf-stats"),
     }
 }
 
@@ -282,7 +282,7 @@ pub fn attach(settings: &ProbeSettings, scraper: &mut Scraper) -> Probes {
 /// Turns on the kernel's per-program run-time statistics for as long as the
 /// returned fd lives. They cost every BPF program on the host two clock
 /// reads per run, which is why the kernel keeps them off by default (and
-/// why `--no-probe.bpf-stats` exists).
+/// why `--probe.bpf-stats` is opt-in).
 fn enable_stats() -> Option<OwnedFd> {
     match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
         Ok(fd) => Some(fd),
@@ -301,7 +301,7 @@ mod tests {
         assert!(!c.probes.runqlat_per_cpu);
         assert_eq!(c.probes.runqlat_max_tasks, 10240);
         assert!(!c.probes.drops_protocol_label);
-        assert!(c.probes.bpf_stats);
+        assert!(!c.probes.bpf_stats, "opt-in");
         assert_eq!(c.probes.enabled, ["runqlat", "cachestat", "drops"]);
         let c = crate::cli::parse([
             "usescope",
@@ -309,14 +309,17 @@ mod tests {
             "--probe.runqlat.max-tasks=64",
             "--probe.drops.protocol-label",
             "--no-probe.cachestat",
-            "--no-probe.bpf-stats",
+            "--probe.bpf-stats",
         ])
         .unwrap();
-        assert!(!c.probes.bpf_stats);
+        assert!(c.probes.bpf_stats);
         assert!(c.probes.runqlat_per_cpu);
         assert_eq!(c.probes.runqlat_max_tasks, 64);
         assert!(c.probes.drops_protocol_label);
         assert_eq!(c.probes.enabled, ["runqlat", "drops"]);
+        let c =
+            crate::cli::parse(["usescope", "--probe.bpf-stats", "--no-probe.bpf-stats"]).unwrap();
+        assert!(!c.probes.bpf_stats, "the last one wins");
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.max-tasks=0"]).is_err());
     }
 }
