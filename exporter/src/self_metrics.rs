@@ -2,6 +2,8 @@
 //! name them) and `usescope_build_info`. These always read the real
 //! `/proc/self`, never `--path.procfs`: they describe this process.
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use crate::exposition::{Desc, Encoder};
@@ -40,6 +42,7 @@ const BUILD_INFO: Desc = Desc::gauge(
 
 pub struct SelfMetrics {
     stat: SourceFile,
+    fds: FdCounter,
     clk_tck: f64,
     page_size: f64,
     boot_time: f64,
@@ -59,15 +62,21 @@ pub struct ProcSelfStat {
 /// parentheses, so fields are counted from the last `)`.
 pub fn parse_proc_self_stat(s: &str) -> Option<ProcSelfStat> {
     let rest = &s[s.rfind(')')? + 1..];
-    // After ')': field 3 (state) is index 0.
-    let f: Vec<&str> = fields(rest).collect();
-    let get = |n: usize| f.get(n - 3).and_then(|t| t.parse::<u64>().ok());
+    // After ')': field 3 (state) is the first; `nth` counts from the
+    // field after the last one taken.
+    let mut f = fields(rest);
+    let mut next = |skip: usize| f.nth(skip).and_then(|t| t.parse::<u64>().ok());
+    let utime_ticks = next(14 - 3)?;
+    let stime_ticks = next(0)?;
+    let start_ticks = next(22 - 16)?;
+    let vsize_bytes = next(0)?;
+    let rss_pages = next(0)?;
     Some(ProcSelfStat {
-        utime_ticks: get(14)?,
-        stime_ticks: get(15)?,
-        start_ticks: get(22)?,
-        vsize_bytes: get(23)?,
-        rss_pages: get(24)?,
+        utime_ticks,
+        stime_ticks,
+        start_ticks,
+        vsize_bytes,
+        rss_pages,
     })
 }
 
@@ -86,6 +95,7 @@ impl SelfMetrics {
             .unwrap_or(0.0);
         SelfMetrics {
             stat: SourceFile::new(Path::new("/proc"), "self/stat"),
+            fds: FdCounter::open(),
             clk_tck,
             page_size,
             boot_time,
@@ -110,9 +120,9 @@ impl SelfMetrics {
                 self.boot_time + st.start_ticks as f64 / self.clk_tck,
             );
         }
-        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        if let Some(n) = self.fds.count() {
             enc.family(&OPEN_FDS);
-            enc.sample(&OPEN_FDS, &[], dir.count() as u64);
+            enc.sample(&OPEN_FDS, &[], n);
         }
         enc.family(&MAX_FDS);
         enc.sample(&MAX_FDS, &[], rlimit(libc::RLIMIT_NOFILE));
@@ -135,6 +145,80 @@ impl Default for SelfMetrics {
     fn default() -> Self {
         SelfMetrics::new()
     }
+}
+
+/// Counts this process's open fds by re-reading one kept `/proc/self/fd`
+/// directory fd (seek to 0, `getdents64` into a reused buffer) instead of
+/// opening, stat-ing and closing the directory and allocating an entry per
+/// fd on every scrape. The kept fd is one of the entries, as a freshly
+/// opened directory's own fd would be.
+///
+/// It is opened at start-up, before `--runtime.user` makes the process
+/// non-dumpable: procfs checks access when the directory is opened, so the
+/// count keeps working after the switch, where opening it would fail.
+struct FdCounter {
+    dir: Option<File>,
+    buf: Vec<u8>,
+}
+
+/// `struct linux_dirent64`: d_ino (8), d_off (8), d_reclen (2), d_type (1),
+/// then the NUL-terminated name.
+const DIRENT_RECLEN: usize = 16;
+const DIRENT_NAME: usize = 19;
+
+impl FdCounter {
+    fn open() -> FdCounter {
+        FdCounter {
+            dir: File::open("/proc/self/fd").ok(),
+            buf: vec![0; 8192],
+        }
+    }
+
+    fn count(&mut self) -> Option<u64> {
+        let fd = self.dir.as_ref()?.as_raw_fd();
+        // SAFETY: lseek on a descriptor we own; procfs directories accept
+        // SEEK_SET 0 to restart the listing.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
+            return None;
+        }
+        let mut n = 0;
+        loop {
+            // SAFETY: getdents64 writes at most buf.len() bytes into buf.
+            let got = unsafe {
+                libc::syscall(
+                    libc::SYS_getdents64,
+                    fd,
+                    self.buf.as_mut_ptr(),
+                    self.buf.len(),
+                )
+            };
+            if got < 0 {
+                return None;
+            }
+            if got == 0 {
+                return Some(n);
+            }
+            n += count_entries(&self.buf[..got as usize]);
+        }
+    }
+}
+
+/// Entries in a getdents64 buffer, without `.` and `..`.
+fn count_entries(mut buf: &[u8]) -> u64 {
+    let mut n = 0;
+    while buf.len() > DIRENT_NAME {
+        let reclen = u16::from_ne_bytes([buf[DIRENT_RECLEN], buf[DIRENT_RECLEN + 1]]) as usize;
+        if reclen <= DIRENT_NAME || reclen > buf.len() {
+            break;
+        }
+        let name = &buf[DIRENT_NAME..reclen];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        if name != b"." && name != b".." {
+            n += 1;
+        }
+        buf = &buf[reclen..];
+    }
+    n
 }
 
 /// The soft limit as a float; RLIM_INFINITY becomes 2^64 as client_golang reports it.
@@ -165,5 +249,25 @@ mod tests {
         assert_eq!(st.rss_pages, 300);
         assert!(parse_proc_self_stat("garbage").is_none());
         assert!(parse_proc_self_stat("1 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn counts_open_fds_like_read_dir() {
+        let mut c = FdCounter::open();
+        // Other tests in this process open and close files concurrently,
+        // so an attempt counts only if nothing else changed meanwhile.
+        let exact = (0..50).any(|_| {
+            // read_dir also counts the directory fd it holds while listing.
+            let listed = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+            let before = c.count().unwrap();
+            let extra: Vec<File> = (0..5)
+                .map(|_| File::open("/proc/self/stat").unwrap())
+                .collect();
+            let with_extra = c.count().unwrap();
+            drop(extra);
+            let after = c.count().unwrap();
+            listed == before + 1 && with_extra == before + 5 && after == before
+        });
+        assert!(exact, "no attempt matched read_dir's count");
     }
 }

@@ -60,7 +60,12 @@ fn runtime_user_switches_uid() {
     let uid = status_field(d.child.id(), "Uid");
     assert!(uid.split_whitespace().all(|u| u == "65534"), "Uid: {uid}");
     assert_no_capabilities(&d);
-    assert!(d.scrape().contains("node_load1 "));
+    let expo = d.scrape();
+    assert!(expo.contains("node_load1 "));
+    // Non-dumpable after the switch, so /proc/self/fd cannot be opened any
+    // more; the descriptor kept from start-up still lists it.
+    let fds = common::sample(&expo, "process_open_fds").expect("process_open_fds exported");
+    assert!(fds >= 5.0, "process_open_fds {fds}");
     assert!(d.stop().success());
 }
 
