@@ -59,37 +59,47 @@ pub struct Desc {
     pub name: &'static str,
     pub help: &'static str,
     pub kind: MetricType,
+    /// [`help_is_plain`] of `help`, decided at compile time.
+    pub help_plain: bool,
 }
 
 impl Desc {
-    pub const fn counter(name: &'static str, help: &'static str) -> Desc {
+    const fn new(name: &'static str, help: &'static str, kind: MetricType) -> Desc {
         Desc {
             name,
             help,
-            kind: MetricType::Counter,
+            kind,
+            help_plain: help_is_plain(help),
         }
+    }
+    pub const fn counter(name: &'static str, help: &'static str) -> Desc {
+        Desc::new(name, help, MetricType::Counter)
     }
     pub const fn gauge(name: &'static str, help: &'static str) -> Desc {
-        Desc {
-            name,
-            help,
-            kind: MetricType::Gauge,
-        }
+        Desc::new(name, help, MetricType::Gauge)
     }
     pub const fn untyped(name: &'static str, help: &'static str) -> Desc {
-        Desc {
-            name,
-            help,
-            kind: MetricType::Untyped,
-        }
+        Desc::new(name, help, MetricType::Untyped)
     }
     pub const fn histogram(name: &'static str, help: &'static str) -> Desc {
-        Desc {
-            name,
-            help,
-            kind: MetricType::Histogram,
-        }
+        Desc::new(name, help, MetricType::Histogram)
     }
+}
+
+/// Whether help text needs no escaping (has no `\` and no newline). Help
+/// texts are fixed, so this is decided once where each is defined (at
+/// compile time for a [`Desc`]) instead of scanning ~15 KB of help on
+/// every scrape.
+pub const fn help_is_plain(help: &str) -> bool {
+    let b = help.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' || b[i] == b'\n' {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// A sample value. Integers are written exactly; floats in the shortest form
@@ -145,12 +155,14 @@ impl<'b> Encoder<'b> {
     /// Starts a family: writes its `# HELP` and `# TYPE` lines. Every sample
     /// of the family must follow before the next `family` call.
     pub fn family(&mut self, desc: &Desc) {
-        self.family_named(desc.name, desc.help, desc.kind);
+        self.family_named(desc.name, desc.help, desc.help_plain, desc.kind);
     }
 
     /// [`Encoder::family`] for names only known at run time (vmstat and
     /// netstat fields come from the kernel's own field names).
-    pub fn family_named(&mut self, name: &str, help: &str, kind: MetricType) {
+    /// `help_plain` is [`help_is_plain`] of `help`, computed once where the
+    /// text is built; `false` always escapes, which is never wrong.
+    pub fn family_named(&mut self, name: &str, help: &str, help_plain: bool, kind: MetricType) {
         let name = match (self.format, kind) {
             (Format::OpenMetrics, MetricType::Counter) => {
                 name.strip_suffix("_total").unwrap_or(name)
@@ -167,7 +179,11 @@ impl<'b> Encoder<'b> {
         self.buf.extend_from_slice(b"# HELP ");
         self.buf.extend_from_slice(name.as_bytes());
         self.buf.push(b' ');
-        write_escaped(self.buf, help, false);
+        if help_plain {
+            self.buf.extend_from_slice(help.as_bytes());
+        } else {
+            write_escaped(self.buf, help, false);
+        }
         self.buf.extend_from_slice(b"\n# TYPE ");
         self.buf.extend_from_slice(name.as_bytes());
         self.buf.push(b' ');
@@ -335,6 +351,21 @@ mod tests {
         f(&mut e);
         e.finish();
         String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn help_is_escaped_unless_known_plain() {
+        const ODD: Desc = Desc::gauge("x", "a \\ b\nc");
+        assert!(C.help_plain && !ODD.help_plain);
+        let body = |e: &mut Encoder| {
+            e.family(&ODD);
+            e.family_named("y", "d\\e", false, MetricType::Gauge);
+            e.family_named("z", "plain", true, MetricType::Gauge);
+        };
+        let text = render(Format::PrometheusText, body);
+        assert!(text.contains("# HELP x a \\\\ b\\nc\n"), "{text}");
+        assert!(text.contains("# HELP y d\\\\e\n"), "{text}");
+        assert!(text.contains("# HELP z plain\n"), "{text}");
     }
 
     #[test]

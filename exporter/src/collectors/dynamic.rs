@@ -7,7 +7,7 @@
 //! that keeps inventing names.
 
 use crate::error::ParseError;
-use crate::exposition::{Encoder, MetricType, Value};
+use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
 
 /// Index of a family in its [`DynamicFamilies`].
 pub type FamilyId = usize;
@@ -17,6 +17,7 @@ struct Entry {
     field: Box<str>,
     name: Box<str>,
     help: Box<str>,
+    help_plain: bool,
 }
 
 pub struct DynamicFamilies {
@@ -64,6 +65,7 @@ impl DynamicFamilies {
             group: group.into(),
             field: field.into(),
             name: name.into(),
+            help_plain: help_is_plain(&help),
             help: help.into(),
         });
         Ok(self.entries.len() - 1)
@@ -72,7 +74,7 @@ impl DynamicFamilies {
     /// Writes the family header and its single unlabelled sample.
     pub fn write(&self, id: FamilyId, enc: &mut Encoder, value: impl Into<Value>) {
         let e = &self.entries[id];
-        enc.family_named(&e.name, &e.help, self.kind);
+        enc.family_named(&e.name, &e.help, e.help_plain, self.kind);
         enc.sample_named(&e.name, "", &[], None, value.into());
     }
 

@@ -13,7 +13,7 @@
 use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
+use crate::exposition::{Encoder, MetricType, help_is_plain};
 use crate::parse::{after_key, fields, is_blank, lines, single_field, u64_field};
 use crate::source::{Read, SourceFile};
 
@@ -86,6 +86,7 @@ const MAX_NAMES: usize = 1024;
 struct Family {
     name: Box<str>,
     help: Box<str>,
+    help_plain: bool,
 }
 
 /// What the collector decided for the field at one line position.
@@ -120,9 +121,11 @@ impl Selection {
                         ),
                     ));
                 }
+                let help = format!("/proc/vmstat information field {}.", f.name);
                 Some(Family {
                     name: format!("node_vmstat_{}", f.name).into(),
-                    help: format!("/proc/vmstat information field {}.", f.name).into(),
+                    help_plain: help_is_plain(&help),
+                    help: help.into(),
                 })
             } else {
                 None
@@ -205,7 +208,12 @@ fn encode(text: &str, selection: &mut Selection, enc: &mut Encoder) -> Result<()
             None => parse_line(line, n)?,
         };
         if let Some(family) = selection.family_at(pos, &field)? {
-            enc.family_named(&family.name, &family.help, MetricType::Untyped);
+            enc.family_named(
+                &family.name,
+                &family.help,
+                family.help_plain,
+                MetricType::Untyped,
+            );
             enc.sample_named(&family.name, "", &[], None, field.value.into());
         }
         len = pos + 1;
