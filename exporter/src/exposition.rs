@@ -356,7 +356,7 @@ mod tests {
     #[test]
     fn help_is_escaped_unless_known_plain() {
         const ODD: Desc = Desc::gauge("x", "a \\ b\nc");
-        assert!(C.help_plain && !ODD.help_plain);
+        const { assert!(C.help_plain && !ODD.help_plain) };
         let body = |e: &mut Encoder| {
             e.family(&ODD);
             e.family_named("y", "d\\e", false, MetricType::Gauge);
