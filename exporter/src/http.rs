@@ -12,6 +12,7 @@
 //! `--web.max-requests` semaphore turns excess concurrent scrapes into 503s
 //! instead of an unbounded queue.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -21,16 +22,15 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use flate2::Compression;
+use flate2::write::GzEncoder;
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::collector::Scraper;
 use crate::exposition::Format;
-use crate::gzip::Gzip;
 
 pub struct AppState {
     pub scraper: Mutex<Scraper>,
-    /// Used only while `scraper` is held, so it never waits.
-    gzip: std::sync::Mutex<Gzip>,
     /// None when `--web.max-requests 0`.
     pub limit: Option<Arc<Semaphore>>,
     pub telemetry_path: String,
@@ -41,7 +41,6 @@ impl AppState {
     pub fn new(scraper: Scraper, max_requests: usize, telemetry_path: &str) -> Arc<AppState> {
         Arc::new(AppState {
             scraper: Mutex::new(scraper),
-            gzip: std::sync::Mutex::new(Gzip::default()),
             limit: (max_requests > 0).then(|| Arc::new(Semaphore::new(max_requests))),
             telemetry_path: telemetry_path.to_string(),
             ready: AtomicBool::new(true),
@@ -107,9 +106,9 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
         let mut scraper = st.scraper.lock().await;
         let out = scraper.scrape(format);
         if gzip {
-            let mut gz = st.gzip.lock().unwrap_or_else(|e| e.into_inner());
-            match gz.compress(out) {
-                Ok(b) => b.to_vec(),
+            let mut enc = GzEncoder::new(Vec::with_capacity(out.len() / 4), Compression::fast());
+            match enc.write_all(out).and_then(|_| enc.finish()) {
+                Ok(b) => b,
                 Err(e) => {
                     tracing::error!(error = %e, "compressing the scrape failed");
                     return (StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n")

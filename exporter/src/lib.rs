@@ -11,7 +11,6 @@ pub mod collector;
 pub mod collectors;
 pub mod error;
 pub mod exposition;
-pub mod gzip;
 pub mod http;
 pub mod parse;
 pub mod privileges;
