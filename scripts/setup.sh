@@ -8,6 +8,7 @@ set -euo pipefail
 
 packages=(
   clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
+  gcc libc6-dev                   # link Rust binaries; compile libdeflate (gzip) from its crate
   prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
   docker-compose                  # offline validation of docker-compose.yml
   python3 python3-venv curl openssl ca-certificates util-linux libcap2-bin

@@ -12,7 +12,6 @@
 //! `--web.max-requests` semaphore turns excess concurrent scrapes into 503s
 //! instead of an unbounded queue.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -22,8 +21,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use flate2::Compression;
-use flate2::write::GzEncoder;
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::collector::Scraper;
@@ -86,6 +83,13 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
+/// libdeflate level 1 (level 0 would only store). Compression levels are
+/// 0..=12, so this constant is always valid.
+const GZIP_LEVEL: libdeflater::CompressionLvl = match libdeflater::CompressionLvl::new(1) {
+    Ok(l) => l,
+    Err(_) => panic!("libdeflate level 1 exists"),
+};
+
 async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let _permit = match &st.limit {
         Some(sem) => match sem.clone().try_acquire_owned() {
@@ -106,9 +110,13 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
         let mut scraper = st.scraper.lock().await;
         let out = scraper.scrape(format);
         if gzip {
-            let mut enc = GzEncoder::new(Vec::with_capacity(out.len() / 4), Compression::fast());
-            match enc.write_all(out).and_then(|_| enc.finish()) {
-                Ok(b) => b,
+            let mut c = libdeflater::Compressor::new(GZIP_LEVEL);
+            let mut z = vec![0u8; c.gzip_compress_bound(out.len())];
+            match c.gzip_compress(out, &mut z) {
+                Ok(n) => {
+                    z.truncate(n);
+                    z
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "compressing the scrape failed");
                     return (StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n")
