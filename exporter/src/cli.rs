@@ -106,6 +106,19 @@ pub fn command() -> Command {
                 .help("Regexp of diskstats devices to exclude"),
         )
         .arg(
+            Arg::new("collector.netdev.device-include")
+                .long("collector.netdev.device-include")
+                .value_parser(regex_flag)
+                .conflicts_with("collector.netdev.device-exclude")
+                .help("Regexp of net devices to include (mutually exclusive with device-exclude)"),
+        )
+        .arg(
+            Arg::new("collector.netdev.device-exclude")
+                .long("collector.netdev.device-exclude")
+                .value_parser(regex_flag)
+                .help("Regexp of net devices to exclude (mutually exclusive with device-include)"),
+        )
+        .arg(
             Arg::new("log.level")
                 .long("log.level")
                 .default_value("info")
@@ -182,6 +195,7 @@ where
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
     settings.diskstats_device_exclude = s("collector.diskstats.device-exclude");
+    settings.netdev_devices = netdev_filter(&m);
     let enabled_probes = probes::ALL
         .iter()
         .filter(|p| toggled(&m, "probe", p.name, true))
@@ -224,6 +238,20 @@ fn telemetry_path(p: &str) -> Result<String, String> {
         ));
     }
     Ok(p.to_string())
+}
+
+/// `--collector.netdev.device-include`/`-exclude` (clap makes them
+/// exclusive; `regex_flag` has already compiled each once, so compiling
+/// again cannot fail in practice, and would mean "no filter" if it did).
+fn netdev_filter(m: &ArgMatches) -> Option<collectors::netdev::DeviceFilter> {
+    use collectors::netdev::DeviceFilter;
+    let re = |id: &str| {
+        m.get_one::<String>(id)
+            .and_then(|r| regex::Regex::new(r).ok())
+    };
+    re("collector.netdev.device-include")
+        .map(DeviceFilter::Include)
+        .or_else(|| re("collector.netdev.device-exclude").map(DeviceFilter::Exclude))
 }
 
 /// A regex flag: compiled once here so a bad one stops start-up with one
@@ -338,6 +366,30 @@ mod tests {
             line.contains("device-exclude") && line.contains("unclosed group"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn netdev_device_filters() {
+        use collectors::netdev::DeviceFilter;
+        let c = parse(["usescope"]).unwrap();
+        assert!(c.settings.netdev_devices.is_none());
+        let c = parse(["usescope", "--collector.netdev.device-exclude=^veth"]).unwrap();
+        assert!(
+            matches!(c.settings.netdev_devices, Some(DeviceFilter::Exclude(r)) if r.as_str() == "^veth")
+        );
+        let c = parse(["usescope", "--collector.netdev.device-include=^eth"]).unwrap();
+        assert!(matches!(
+            c.settings.netdev_devices,
+            Some(DeviceFilter::Include(_))
+        ));
+        let both = parse([
+            "usescope",
+            "--collector.netdev.device-include=^eth",
+            "--collector.netdev.device-exclude=^veth",
+        ]);
+        assert!(one_line(&both.unwrap_err()).contains("cannot be used with"));
+        let bad = parse(["usescope", "--collector.netdev.device-exclude=("]).unwrap_err();
+        assert!(one_line(&bad).contains("unclosed group"));
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub struct Settings {
     pub sysfs: PathBuf,
     /// `--collector.diskstats.device-exclude`
     pub diskstats_device_exclude: String,
+    /// `--collector.netdev.device-include` / `-exclude` (at most one).
+    pub netdev_devices: Option<netdev::DeviceFilter>,
 }
 
 impl Settings {
@@ -42,6 +44,7 @@ impl Settings {
             procfs: procfs.into(),
             sysfs: sysfs.into(),
             diskstats_device_exclude: diskstats::DEFAULT_DEVICE_EXCLUDE.to_string(),
+            netdev_devices: None,
         }
     }
 }

@@ -8,8 +8,14 @@
 //! The column layout has been fixed since Linux 2.6; the header is still
 //! checked so a kernel that changes it is reported rather than silently
 //! mislabelled.
+//!
+//! `--collector.netdev.device-include` or `--collector.netdev.device-exclude`
+//! (node_exporter's flags, one at a time) keep a Kubernetes node's hundreds
+//! of `veth*`/`cali*` interfaces out of the exposition.
 
 use std::ops::Range;
+
+use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
@@ -213,8 +219,26 @@ struct Row {
     values: [u64; COLUMNS],
 }
 
+/// Which interfaces to export; the regex was validated when the flag was
+/// parsed (cli.rs).
+#[derive(Debug, Clone)]
+pub enum DeviceFilter {
+    Include(Regex),
+    Exclude(Regex),
+}
+
+impl DeviceFilter {
+    fn keeps(&self, device: &str) -> bool {
+        match self {
+            DeviceFilter::Include(r) => r.is_match(device),
+            DeviceFilter::Exclude(r) => !r.is_match(device),
+        }
+    }
+}
+
 pub struct NetDevCollector {
     file: SourceFile,
+    filter: Option<DeviceFilter>,
     rows: Vec<Row>,
     names: String,
 }
@@ -222,18 +246,29 @@ pub struct NetDevCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(NetDevCollector {
         file: SourceFile::new(&s.procfs, "net/dev"),
+        filter: s.netdev_devices.clone(),
         rows: Vec::new(),
         names: String::new(),
     })
 }
 
-/// Parses `text` into the reused `rows` and `names`; families are written
-/// column by column, so every interface is parsed first.
-fn fill(rows: &mut Vec<Row>, names: &mut String, text: &str) -> Result<(), ParseError> {
+/// Parses `text` into the reused `rows` and `names`, keeping the
+/// interfaces `filter` passes; families are written column by column, so
+/// every interface is parsed first. A filtered-out line is still parsed,
+/// so a malformed file fails the same way whatever the filter.
+fn fill(
+    rows: &mut Vec<Row>,
+    names: &mut String,
+    text: &str,
+    filter: Option<&DeviceFilter>,
+) -> Result<(), ParseError> {
     rows.clear();
     names.clear();
     for iface in parse(text)? {
         let iface = iface?;
+        if filter.is_some_and(|f| !f.keeps(iface.name)) {
+            continue;
+        }
         let start = names.len();
         names.push_str(iface.name);
         rows.push(Row {
@@ -250,7 +285,7 @@ impl Collector for NetDevCollector {
             Read::Text(t) => t,
             Read::Absent => return Ok(()),
         };
-        let parsed = fill(&mut self.rows, &mut self.names, text);
+        let parsed = fill(&mut self.rows, &mut self.names, text, self.filter.as_ref());
         parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))?;
         if self.rows.is_empty() {
             return Ok(());
@@ -380,6 +415,32 @@ mod tests {
         c.collect(&mut Encoder::new(&mut again, Format::PrometheusText))
             .unwrap();
         assert_eq!(String::from_utf8(again).unwrap(), out);
+    }
+
+    fn devices_with(filter: DeviceFilter) -> Vec<String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
+        let mut s = Settings::with_roots(root, "/nonexistent");
+        s.netdev_devices = Some(filter);
+        let out = crate::collectors::test_support::render(build(&s).as_mut()).unwrap();
+        out.lines()
+            .filter_map(|l| l.strip_prefix("node_network_receive_bytes_total{device=\""))
+            .filter_map(|l| l.split('"').next())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn device_include_and_exclude() {
+        let re = |r: &str| Regex::new(r).unwrap();
+        assert_eq!(
+            devices_with(DeviceFilter::Exclude(re("^(lo|ifb.*)$"))),
+            ["eth0"]
+        );
+        assert_eq!(
+            devices_with(DeviceFilter::Include(re("^ifb"))),
+            ["ifb0", "ifb1"]
+        );
+        assert!(devices_with(DeviceFilter::Include(re("^nothing$"))).is_empty());
     }
 
     proptest! {
