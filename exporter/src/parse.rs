@@ -130,6 +130,22 @@ pub fn single_field(s: &str) -> Option<&str> {
     tokens.next().is_none().then_some(tok)
 }
 
+/// A [`KeysByLen`] of a `const` table whose entries have a `key: &str`
+/// field, in table order: `const KEYS: KeysByLen = keys_by_len!(FIELDS);`.
+/// (A macro because a `const fn` cannot be generic over the entry type.)
+macro_rules! keys_by_len {
+    ($table:expr) => {{
+        let mut keys = $crate::parse::KeysByLen::EMPTY;
+        let mut i = 0;
+        while i < $table.len() {
+            keys = keys.with(i, $table[i].key);
+            i += 1;
+        }
+        keys
+    }};
+}
+pub(crate) use keys_by_len;
+
 /// Finds a key in a collector's fixed table of up to 64 keys without
 /// comparing it with every one: bit `i` of `by_len[n]` is set when key `i`
 /// is `n` bytes long, so a key is compared only with the few as long as

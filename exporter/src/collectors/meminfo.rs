@@ -11,7 +11,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{KeysByLen, fields, lines, next_field, u64_field};
+use crate::parse::{KeysByLen, fields, keys_by_len, lines, next_field, u64_field};
 use crate::source::{Read, SourceFile};
 
 /// How the kernel prints a field's value.
@@ -100,15 +100,7 @@ const FIELDS: [Field; 51] = [
 ];
 
 /// [`FIELDS`]' keys, for [`field_index`].
-const KEYS: KeysByLen = {
-    let mut keys = KeysByLen::EMPTY;
-    let mut i = 0;
-    while i < FIELDS.len() {
-        keys = keys.with(i, FIELDS[i].key);
-        i += 1;
-    }
-    keys
-};
+const KEYS: KeysByLen = keys_by_len!(FIELDS);
 
 /// The index in [`FIELDS`] of the field whose kernel key is `key`.
 fn field_index(key: &str) -> Option<usize> {

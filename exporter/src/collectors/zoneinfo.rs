@@ -16,7 +16,7 @@ use crate::collector::Collector;
 use crate::collectors::Settings;
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{KeysByLen, fields, lines, u64_field};
+use crate::parse::{KeysByLen, fields, keys_by_len, lines, u64_field};
 use crate::source::{Read, SourceFile};
 
 struct Field {
@@ -192,15 +192,7 @@ const FIELDS: [Field; 34] = [
 ];
 
 /// [`FIELDS`]' keys, for [`field_index`].
-const KEYS: KeysByLen = {
-    let mut keys = KeysByLen::EMPTY;
-    let mut i = 0;
-    while i < FIELDS.len() {
-        keys = keys.with(i, FIELDS[i].key);
-        i += 1;
-    }
-    keys
-};
+const KEYS: KeysByLen = keys_by_len!(FIELDS);
 
 /// The index in [`FIELDS`] of the field whose kernel key is `key`.
 fn field_index(key: &str) -> Option<usize> {
