@@ -68,15 +68,8 @@ pub const VALUE_SIZE: usize = size_of::<CachestatCounts>();
 /// In the probe loader process: load and attach.
 pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let shift = page_shift();
-    let mut ebpf = loader::load(loader::CACHESTAT_OBJ, &kernel.btf, |l| {
+    loader::load_and_attach(loader::CACHESTAT_OBJ, &kernel.btf, MODES, |l| {
         l.override_global("page_shift", &shift, true);
-    })?;
-    let (mode, links) = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
-    Ok(Loaded {
-        mode,
-        ebpf,
-        links,
-        names: Vec::new(),
     })
 }
 

@@ -149,16 +149,10 @@ pub const VALUE_SIZE: usize = size_of::<DropsCounts>();
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let names = resolve_names(kernel)?;
     let protocol_label = u8::from(settings.drops_protocol_label);
-    let mut ebpf = loader::load(loader::DROPS_OBJ, &kernel.btf, |l| {
+    let loaded = loader::load_and_attach(loader::DROPS_OBJ, &kernel.btf, MODES, |l| {
         l.override_global("protocol_label", &protocol_label, true);
     })?;
-    let (mode, links) = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
-    Ok(Loaded {
-        mode,
-        ebpf,
-        links,
-        names,
-    })
+    Ok(Loaded { names, ..loaded })
 }
 
 /// In the daemon: the collector over the handed-over counters map, naming

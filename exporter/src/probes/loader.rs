@@ -15,7 +15,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::sys;
+use super::{Loaded, sys};
 
 pub static RUNQLAT_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat.bpf.o"));
@@ -75,9 +75,28 @@ pub fn describe(what: &str, e: &(dyn std::error::Error + 'static)) -> ProbeError
     ProbeError(msg)
 }
 
-/// Parses the object, creating its maps. `configure` sets globals and map
-/// sizes before anything reaches the kernel.
-pub fn load<'a>(
+/// Loads `obj` and attaches the first of its `modes` the kernel accepts:
+/// what every probe's `load` does around its own configuration.
+/// `configure` sets globals and map sizes before anything reaches the
+/// kernel.
+pub fn load_and_attach<'a>(
+    obj: &[u8],
+    btf: &'a Btf,
+    modes: &'static [Mode],
+    configure: impl FnOnce(&mut EbpfLoader<'a>),
+) -> Result<Loaded, ProbeError> {
+    let mut ebpf = load(obj, btf, configure)?;
+    let (mode, links) = attach_first(&mut ebpf, btf, modes)?;
+    Ok(Loaded {
+        mode,
+        ebpf,
+        links,
+        names: Vec::new(),
+    })
+}
+
+/// Parses the object, creating its maps.
+fn load<'a>(
     obj: &[u8],
     btf: &'a Btf,
     configure: impl FnOnce(&mut EbpfLoader<'a>),
@@ -93,7 +112,7 @@ pub fn load<'a>(
 /// Attaches the first mode the kernel accepts; returns it with the link
 /// fds that keep its programs attached. On failure the error lists why
 /// each mode was refused.
-pub fn attach_first(
+fn attach_first(
     ebpf: &mut Ebpf,
     btf: &Btf,
     modes: &'static [Mode],

@@ -77,15 +77,8 @@ pub const VALUE_SIZE: usize = size_of::<RunqlatHist>();
 /// In the probe loader process: load and attach.
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let max_tasks = settings.runqlat_max_tasks;
-    let mut ebpf = loader::load(loader::RUNQLAT_OBJ, &kernel.btf, |l| {
+    loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, MODES, |l| {
         l.map_max_entries("us_rq_start", max_tasks);
-    })?;
-    let (mode, links) = loader::attach_first(&mut ebpf, &kernel.btf, MODES)?;
-    Ok(Loaded {
-        mode,
-        ebpf,
-        links,
-        names: Vec::new(),
     })
 }
 
