@@ -108,14 +108,14 @@ pub fn command() -> Command {
         .arg(
             Arg::new("collector.netdev.device-include")
                 .long("collector.netdev.device-include")
-                .value_parser(regex_flag)
+                .value_parser(regex_value)
                 .conflicts_with("collector.netdev.device-exclude")
                 .help("Regexp of net devices to include (mutually exclusive with device-exclude)"),
         )
         .arg(
             Arg::new("collector.netdev.device-exclude")
                 .long("collector.netdev.device-exclude")
-                .value_parser(regex_flag)
+                .value_parser(regex_value)
                 .help("Regexp of net devices to exclude (mutually exclusive with device-include)"),
         )
         .arg(
@@ -240,34 +240,32 @@ fn telemetry_path(p: &str) -> Result<String, String> {
     Ok(p.to_string())
 }
 
-/// `--collector.netdev.device-include`/`-exclude` (clap makes them
-/// exclusive; `regex_flag` has already compiled each once, so compiling
-/// again cannot fail in practice, and would mean "no filter" if it did).
+/// `--collector.netdev.device-include`/`-exclude`; clap makes them exclusive.
 fn netdev_filter(m: &ArgMatches) -> Option<collectors::netdev::DeviceFilter> {
     use collectors::netdev::DeviceFilter;
-    let re = |id: &str| {
-        m.get_one::<String>(id)
-            .and_then(|r| regex::Regex::new(r).ok())
-    };
+    let re = |id: &str| m.get_one::<regex::Regex>(id).cloned();
     re("collector.netdev.device-include")
         .map(DeviceFilter::Include)
         .or_else(|| re("collector.netdev.device-exclude").map(DeviceFilter::Exclude))
 }
 
-/// A regex flag: compiled once here so a bad one stops start-up with one
-/// line instead of failing its collector on every scrape.
-fn regex_flag(r: &str) -> Result<String, String> {
-    match regex::Regex::new(r) {
-        Ok(_) => Ok(r.to_string()),
+/// A regex flag: compiled here so a bad one stops start-up with one line
+/// instead of failing its collector on every scrape.
+fn regex_value(r: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(r).map_err(|e| {
         // regex's message spans lines (pattern, caret, cause); keep the cause.
-        Err(e) => Err(e
-            .to_string()
+        e.to_string()
             .lines()
             .last()
             .unwrap_or("invalid regex")
             .trim()
-            .to_string()),
-    }
+            .to_string()
+    })
+}
+
+/// [`regex_value`] for a flag whose collector takes the pattern as text.
+fn regex_flag(r: &str) -> Result<String, String> {
+    regex_value(r).map(|_| r.to_string())
 }
 
 /// Resolves `--web.listen-address`. `:PORT` means every IPv4 interface,

@@ -107,25 +107,40 @@ pub fn main(settings: &ProbeSettings) -> ExitCode {
 }
 
 /// Duplicates the fds the daemon needs out of `loaded` into `fds` and
-/// describes them. On error nothing is added, and dropping `loaded`
-/// detaches the probe.
+/// describes them by index. On error `fds` is as it was, and dropping
+/// `loaded` detaches the probe.
 fn hand_over(
     spec: &ProbeSpec,
     loaded: Loaded,
     fds: &mut Vec<OwnedFd>,
 ) -> Result<HandedProbe, ProbeError> {
-    let dup = |what: &str, fd: BorrowedFd<'_>| {
-        fd.try_clone_to_owned()
-            .map_err(|e| ProbeError(format!("duplicating the fd of {what}: {e}")))
+    let before = fds.len();
+    let handed = push_fds(spec, loaded, fds);
+    if handed.is_err() {
+        fds.truncate(before);
+    }
+    handed
+}
+
+fn push_fds(
+    spec: &ProbeSpec,
+    loaded: Loaded,
+    fds: &mut Vec<OwnedFd>,
+) -> Result<HandedProbe, ProbeError> {
+    let mut push_dup = |what: &str, fd: BorrowedFd<'_>| {
+        let fd = fd
+            .try_clone_to_owned()
+            .map_err(|e| ProbeError(format!("duplicating the fd of {what}: {e}")))?;
+        fds.push(fd);
+        Ok::<usize, ProbeError>(fds.len() - 1)
     };
-    let mut mine = Vec::new();
     let Some(Map::PerCpuArray(map)) = loaded.ebpf.map(spec.map) else {
         return Err(ProbeError(format!(
             "map {} missing from the object or not a per-CPU array",
             spec.map
         )));
     };
-    mine.push(dup(spec.map, map.fd().as_fd())?);
+    let map = push_dup(spec.map, map.fd().as_fd())?;
     let mut programs = Vec::new();
     for &(name, _) in loaded.mode.programs {
         let prog = loaded
@@ -135,17 +150,19 @@ fn hand_over(
         let fd = prog
             .fd()
             .map_err(|e| ProbeError(format!("program {name}: {e}")))?;
-        programs.push((name.to_string(), fds.len() + mine.len()));
-        mine.push(dup(name, fd.as_fd())?);
+        programs.push((name.to_string(), push_dup(name, fd.as_fd())?));
     }
-    let first_link = fds.len() + mine.len();
-    let links = (first_link..first_link + loaded.links.len()).collect();
-    let map_index = fds.len();
-    mine.extend(loaded.links);
-    fds.extend(mine);
+    let links = loaded
+        .links
+        .into_iter()
+        .map(|link| {
+            fds.push(link);
+            fds.len() - 1
+        })
+        .collect();
     Ok(HandedProbe {
         mode: loaded.mode.name.to_string(),
-        map: map_index,
+        map,
         programs,
         links,
         names: loaded.names,
