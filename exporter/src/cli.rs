@@ -24,6 +24,8 @@ pub struct Config {
     pub telemetry_path: String,
     /// 0 means unlimited.
     pub max_requests: usize,
+    /// `--web.scrape-timeout`: the longest a request waits for its scrape.
+    pub scrape_timeout: std::time::Duration,
     pub settings: Settings,
     pub collectors: Vec<&'static str>,
     pub probes: ProbeSettings,
@@ -69,6 +71,13 @@ pub fn command() -> Command {
                 .default_value("40")
                 .value_parser(value_parser!(usize))
                 .help("Maximum number of parallel scrape requests; beyond it a scrape gets 503. 0 disables the limit"),
+        )
+        .arg(
+            Arg::new("web.scrape-timeout")
+                .long("web.scrape-timeout")
+                .default_value("10s")
+                .value_parser(seconds)
+                .help("Longest a scrape may take before its request gets 503 (a read that never returns, e.g. a hung mount, cannot hold it longer; the collector stuck in it is skipped until it returns). Prometheus' X-Prometheus-Scrape-Timeout-Seconds lowers it"),
         )
         .arg(
             Arg::new("web.config.file")
@@ -208,6 +217,10 @@ where
             .get_one::<usize>("web.max-requests")
             .copied()
             .unwrap_or(40),
+        scrape_timeout: m
+            .get_one::<std::time::Duration>("web.scrape-timeout")
+            .copied()
+            .unwrap_or(std::time::Duration::from_secs(10)),
         settings,
         collectors,
         probes: probes::settings_from(&m, enabled_probes),
@@ -221,6 +234,28 @@ where
             LogFormat::Logfmt
         },
     })
+}
+
+/// A duration in Prometheus' style: `10s`, `500ms`, `2m`, or bare seconds.
+fn seconds(v: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => v.split_at(i),
+        None => (v, "s"),
+    };
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        _ => return Err(format!("unknown unit {unit:?} (use ms, s or m)")),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{v:?} is not a duration like 10s or 500ms"))?;
+    let d = n * scale;
+    if !(0.01..=3600.0).contains(&d) {
+        return Err(format!("{v:?} is outside 10ms..1h"));
+    }
+    Ok(std::time::Duration::from_secs_f64(d))
 }
 
 /// `--web.telemetry-path` must be a path of its own: absolute, and not one
@@ -302,6 +337,7 @@ mod tests {
         assert_eq!(c.listen_address, ":9200");
         assert_eq!(c.telemetry_path, "/metrics");
         assert_eq!(c.max_requests, 40);
+        assert_eq!(c.scrape_timeout, std::time::Duration::from_secs(10));
         assert!(c.collectors.contains(&"stat"));
         assert!(!c.collectors.contains(&"interrupts"));
     }
@@ -336,6 +372,21 @@ mod tests {
         assert!(line.contains("--bogus"), "{line}");
         let e = parse(["usescope", "--web.max-requests", "x"]).unwrap_err();
         assert!(one_line(&e).contains("web.max-requests"));
+    }
+
+    #[test]
+    fn scrape_timeout_takes_prometheus_durations() {
+        let t = |v: &str| {
+            parse(["usescope".to_string(), format!("--web.scrape-timeout={v}")])
+                .map(|c| c.scrape_timeout)
+        };
+        assert_eq!(t("500ms").unwrap(), std::time::Duration::from_millis(500));
+        assert_eq!(t("2m").unwrap(), std::time::Duration::from_secs(120));
+        assert_eq!(t("3").unwrap(), std::time::Duration::from_secs(3));
+        for bad in ["0s", "-1s", "1h", "ten", "5x"] {
+            let e = t(bad).unwrap_err();
+            assert!(one_line(&e).contains("web.scrape-timeout"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -1,47 +1,121 @@
 //! The HTTP side: `/metrics` (or `--web.telemetry-path`), the landing page,
 //! `/-/healthy` and `/-/ready`.
 //!
-//! A scrape runs inline on the tokio worker that received the request,
-//! under an async mutex: collectors keep state between scrapes, so scrapes
-//! are serialised anyway, and waiting requests yield instead of parking a
-//! thread. Handing each scrape to the blocking pool instead cost two
-//! cross-thread wake-ups per request, which on a VM was a third of a
-//! scrape's CPU (BENCHMARKS.md). A scrape is a few hundred microseconds on
-//! a typical host, a few milliseconds on a 1024-CPU one; the runtime's
-//! second worker keeps accepting and serving meanwhile. The
-//! `--web.max-requests` semaphore turns excess concurrent scrapes into 503s
-//! instead of an unbounded queue.
+//! **One scrape at a time.** Collectors keep state between scrapes, so
+//! scrapes take turns (`AppState::turn`). A request that waited for its
+//! turn while another scrape ran reuses that scrape's body if the scrape
+//! started after the request arrived: it is as fresh as a scrape of its
+//! own, costs nothing, and concurrent readers share one buffer.
+//!
+//! **A deadline no read can hold.** The scrape runs as its own task (on the
+//! same worker, so it costs no cross-thread wake-up), and the request waits
+//! for it only until its deadline: `--web.scrape-timeout`, or less when
+//! Prometheus says its own timeout is shorter. A scrape still running then
+//! is abandoned: the request gets 503 naming the stuck collector, the turn
+//! passes on, and later scrapes skip that collector until its read returns
+//! (collector.rs). The stuck read keeps its worker; the other serves.
+//!
+//! **Memory bounded by `--web.max-requests`.** A request's permit is held
+//! by its response body until the last byte is written or the connection
+//! is closed (the server's write timeout closes a reader that stalls), so
+//! at most max-requests pages are held for readers at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use crate::collector::Scraper;
 use crate::exposition::Format;
 
 pub struct AppState {
-    pub scraper: Mutex<Scraper>,
+    pub scraper: Arc<Scraper>,
+    /// Holding this is a scrape's turn; it keeps the latest bodies.
+    turn: Mutex<Latest>,
+    /// The reused encode buffer (taken by the running scrape).
+    spare: std::sync::Mutex<Vec<u8>>,
     /// None when `--web.max-requests 0`.
     pub limit: Option<Arc<Semaphore>>,
     pub telemetry_path: String,
     pub ready: AtomicBool,
+    scrape_timeout: Duration,
 }
 
 impl AppState {
-    pub fn new(scraper: Scraper, max_requests: usize, telemetry_path: &str) -> Arc<AppState> {
+    pub fn new(
+        scraper: Scraper,
+        max_requests: usize,
+        telemetry_path: &str,
+        scrape_timeout: Duration,
+    ) -> Arc<AppState> {
         Arc::new(AppState {
-            scraper: Mutex::new(scraper),
+            scraper: Arc::new(scraper),
+            turn: Mutex::new(Latest::default()),
+            spare: std::sync::Mutex::new(Vec::with_capacity(64 * 1024)),
             limit: (max_requests > 0).then(|| Arc::new(Semaphore::new(max_requests))),
             telemetry_path: telemetry_path.to_string(),
             ready: AtomicBool::new(true),
+            scrape_timeout,
         })
+    }
+
+    /// How long this request waits for its scrape: the configured timeout,
+    /// or 95 % of the timeout Prometheus announces if that is shorter (an
+    /// answer after Prometheus gave up is wasted).
+    fn deadline(&self, headers: &HeaderMap) -> Duration {
+        let announced = headers
+            .get("x-prometheus-scrape-timeout-seconds")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| Duration::from_secs_f64((s * 0.95).max(0.1)));
+        match announced {
+            Some(a) => a.min(self.scrape_timeout),
+            None => self.scrape_timeout,
+        }
+    }
+
+    /// Scrapes and encodes one body (runs inside the scrape task).
+    fn encode(&self, format: Format, gzip: bool, abandoned: &AtomicBool) -> Result<Bytes, String> {
+        let mut buf = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|p| p.into_inner()));
+        self.scraper.scrape_into(format, &mut buf, abandoned);
+        let body = if gzip {
+            gzip_compress(&buf).map(Bytes::from)
+        } else {
+            Ok(Bytes::copy_from_slice(&buf))
+        };
+        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = buf;
+        body
+    }
+}
+
+/// The most recent body for each format and encoding, with when its scrape
+/// started.
+#[derive(Default)]
+struct Latest([Option<(Instant, Bytes)>; 4]);
+
+impl Latest {
+    fn slot(format: Format, gzip: bool) -> usize {
+        usize::from(format == Format::OpenMetrics) * 2 + usize::from(gzip)
+    }
+
+    /// A body whose scrape started after `arrived`, if there is one.
+    fn fresh_since(&self, format: Format, gzip: bool, arrived: Instant) -> Option<Bytes> {
+        match &self.0[Latest::slot(format, gzip)] {
+            Some((started, body)) if *started >= arrived => Some(body.clone()),
+            _ => None,
+        }
+    }
+
+    fn store(&mut self, format: Format, gzip: bool, started: Instant, body: Bytes) {
+        self.0[Latest::slot(format, gzip)] = Some((started, body));
     }
 }
 
@@ -90,8 +164,17 @@ const GZIP_LEVEL: libdeflater::CompressionLvl = match libdeflater::CompressionLv
     Err(_) => panic!("libdeflate level 1 exists"),
 };
 
+fn gzip_compress(data: &[u8]) -> Result<Vec<u8>, String> {
+    let mut c = libdeflater::Compressor::new(GZIP_LEVEL);
+    let mut z = vec![0u8; c.gzip_compress_bound(data.len())];
+    let n = c.gzip_compress(data, &mut z).map_err(|e| e.to_string())?;
+    z.truncate(n);
+    Ok(z)
+}
+
 async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let _permit = match &st.limit {
+    let arrived = Instant::now();
+    let permit = match &st.limit {
         Some(sem) => match sem.clone().try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
@@ -106,27 +189,17 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     };
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let gzip = accepts_gzip(&headers);
-    let body = {
-        let mut scraper = st.scraper.lock().await;
-        let out = scraper.scrape(format);
-        if gzip {
-            let mut c = libdeflater::Compressor::new(GZIP_LEVEL);
-            let mut z = vec![0u8; c.gzip_compress_bound(out.len())];
-            match c.gzip_compress(out, &mut z) {
-                Ok(n) => {
-                    z.truncate(n);
-                    z
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "compressing the scrape failed");
-                    return (StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n")
-                        .into_response();
-                }
-            }
-        } else {
-            out.to_vec()
-        }
+    let deadline = st.deadline(&headers);
+    let body = match body_for(&st, format, gzip, arrived, arrived + deadline).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
     };
+    // The body owns the permit: it is released when the last byte has been
+    // written or the connection is gone, not when the handler returns.
+    let body = Bytes::from_owner(Held {
+        body,
+        _permit: permit,
+    });
     let mut resp = Response::new(Body::from(body));
     let h = resp.headers_mut();
     h.insert(
@@ -143,8 +216,80 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     resp
 }
 
+/// A response body and the `--web.max-requests` permit it holds.
+struct Held {
+    body: Bytes,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.body
+    }
+}
+
+/// Waits for this request's turn, then reuses a body fresh enough for it or
+/// runs a scrape, all before `give_up`.
+async fn body_for(
+    st: &Arc<AppState>,
+    format: Format,
+    gzip: bool,
+    arrived: Instant,
+    give_up: Instant,
+) -> Result<Bytes, Response> {
+    let give_up = tokio::time::Instant::from_std(give_up);
+    let Ok(mut latest) = tokio::time::timeout_at(give_up, st.turn.lock()).await else {
+        return Err(deadline_exceeded(st, "waiting for the scrape before it"));
+    };
+    if let Some(body) = latest.fresh_since(format, gzip, arrived) {
+        return Ok(body);
+    }
+    let started = Instant::now();
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let task = tokio::spawn({
+        let st = st.clone();
+        let abandoned = abandoned.clone();
+        async move { st.encode(format, gzip, &abandoned) }
+    });
+    match tokio::time::timeout_at(give_up, task).await {
+        Ok(Ok(Ok(body))) => {
+            latest.store(format, gzip, started, body.clone());
+            Ok(body)
+        }
+        Ok(Ok(Err(e))) => {
+            tracing::error!(error = %e, "compressing the scrape failed");
+            Err((StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n").into_response())
+        }
+        Ok(Err(e)) => {
+            // A panic in a collector is a bug; the panic hook logged it.
+            tracing::error!(error = %e, "the scrape task failed");
+            Err((StatusCode::INTERNAL_SERVER_ERROR, "scrape failed\n").into_response())
+        }
+        Err(_) => {
+            abandoned.store(true, Ordering::Relaxed);
+            Err(deadline_exceeded(st, "in a collector"))
+        }
+    }
+}
+
+fn deadline_exceeded(st: &AppState, waiting: &str) -> Response {
+    let culprit = match st.scraper.stuck(Duration::from_millis(100)) {
+        Some((name, inside)) => format!(
+            "collector {name} has been inside a read for {:.1} s",
+            inside.as_secs_f64()
+        ),
+        None => "no collector is stuck".to_string(),
+    };
+    tracing::warn!(waiting, %culprit, "scrape deadline exceeded; answering 503, later scrapes skip a stuck collector");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("scrape deadline exceeded {waiting}: {culprit}\n"),
+    )
+        .into_response()
+}
+
 async fn landing(State(st): State<Arc<AppState>>) -> Html<String> {
-    let statuses = st.scraper.lock().await.statuses();
+    let statuses = st.scraper.statuses();
     let mut rows = String::new();
     for s in statuses {
         let (state, class) = match s.last_success {

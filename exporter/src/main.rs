@@ -14,7 +14,7 @@ use usescope::collector::Scraper;
 use usescope::self_metrics::SelfMetrics;
 use usescope::server::{self, Limits, WebState};
 use usescope::web_config::WebConfig;
-use usescope::{collectors, http, probes};
+use usescope::{collectors, http, privileges, probes};
 
 fn main() -> ExitCode {
     let config = match cli::parse(std::env::args_os()) {
@@ -38,8 +38,23 @@ fn main() -> ExitCode {
         // The short-lived child the daemon starts to load the probes.
         return probes::loader_process::main(&config.probes);
     }
-    limit_malloc_arenas();
-    // Scrapes run inline on the workers (http.rs); the blocking pool only
+    tune_malloc();
+    // SIGTERM, SIGINT and SIGHUP stay pending while we start: they are
+    // acted on once the handlers below exist, never by their default
+    // action (which would kill us mid-attach), and no system call of the
+    // start-up (the probe hand-over's recvmsg among them) sees EINTR.
+    let held = HeldSignals::block();
+    // Everything that needs privileges happens here, while the process has
+    // one thread: capabilities are per-thread, so they must be dropped
+    // before the runtime starts its workers (privileges.rs).
+    let started = match start(&config) {
+        Ok(s) => s,
+        Err(msg) => {
+            eprintln!("usescope: {msg}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Scrapes run on the workers (http.rs); the blocking pool only
     // verifies bcrypt passwords, and each extra thread would cost a stack
     // and, with glibc, a malloc arena.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -54,7 +69,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    let result = runtime.block_on(run(config, started, held));
+    // A worker stuck in a read that never returns (a hung mount) must not
+    // keep us from exiting: wait briefly, then leave it to process exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
             eprintln!("usescope: {msg}");
@@ -67,10 +86,18 @@ fn main() -> ExitCode {
 /// core), and each keeps its freed memory. A daemon that allocates little
 /// and mostly from one thread at a time needs two; this keeps peak RSS
 /// flat under concurrent scrapes.
-fn limit_malloc_arenas() {
+///
+/// glibc also raises its mmap threshold each time a large block is freed
+/// (up to 32 MiB), after which large response bodies come from the heap
+/// and their pages stay with the process when slow readers leave. A fixed
+/// threshold keeps every block of 256 KiB or more in its own mapping,
+/// returned to the kernel on free: memory after a burst of large scrapes
+/// goes back to the baseline.
+fn tune_malloc() {
     // SAFETY: mallopt only tunes the allocator; called before any thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
     }
 }
 
@@ -96,29 +123,59 @@ fn init_logging(config: &Config) {
     }
 }
 
-async fn run(config: Config) -> Result<(), String> {
-    // Installed first: a signal that arrives during start-up must reach our
-    // handlers, not the default action that kills the process outright.
-    let signals = Signals::install()?;
+/// What the privileged start-up hands to the async part.
+struct Started {
+    web_config: WebConfig,
+    listener: std::net::TcpListener,
+    scraper: Scraper,
+    probes: probes::Probes,
+}
+
+/// The privileged part of start-up, run on the only thread: web config,
+/// listener, collectors, probes, then the privilege drop.
+fn start(config: &Config) -> Result<Started, String> {
     let web_config = match &config.web_config_file {
         Some(path) => WebConfig::load(path)?,
         None => WebConfig::none(),
     };
     let addr = cli::resolve_listen_address(&config.listen_address)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen_address))?;
-
+    match privileges::raise_fd_limit() {
+        Ok(n) => tracing::debug!(limit = n, "open-file limit raised to the hard limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let mut scraper = Scraper::new(SelfMetrics::new());
     for name in &config.collectors {
         let spec = collectors::find(name).expect("collector names come from the registry");
         scraper.add(spec.name, (spec.build)(&config.settings));
     }
     let probes = probes::attach(&config.probes, &mut scraper);
-    match usescope::privileges::drop_after_attach(config.runtime_user.as_deref()) {
-        Ok(what) => tracing::info!("{what}"),
-        Err(e) => return Err(format!("dropping privileges failed: {e}")),
+    let dropped = privileges::drop_after_attach(config.runtime_user.as_deref())
+        .map_err(|e| format!("dropping privileges failed: {e}"))?;
+    tracing::info!("{}", dropped.describe());
+    if dropped.uid == 0 {
+        tracing::warn!(
+            "still running as root (uid 0), without capabilities: a flaw in usescope \
+             would act with root's file access. Pass --runtime.user=nobody (or a \
+             dedicated user) to drop to an unprivileged user after start-up"
+        );
     }
+    Ok(Started {
+        web_config,
+        listener,
+        scraper,
+        probes,
+    })
+}
+
+async fn run(config: Config, started: Started, held: HeldSignals) -> Result<(), String> {
+    let signals = Signals::install()?;
+    // The handlers exist: whatever arrived during start-up is delivered now.
+    held.release();
+    let listener = tokio::net::TcpListener::from_std(started.listener)
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen_address))?;
     tracing::info!(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         collectors = %config.collectors.join(","),
@@ -126,9 +183,14 @@ async fn run(config: Config) -> Result<(), String> {
         "usescope listening"
     );
 
-    let state = http::AppState::new(scraper, config.max_requests, &config.telemetry_path);
+    let state = http::AppState::new(
+        started.scraper,
+        config.max_requests,
+        &config.telemetry_path,
+        config.scrape_timeout,
+    );
     let limits = Limits::default();
-    let web = WebState::new(web_config, &limits);
+    let web = WebState::new(started.web_config, &limits);
     tokio::spawn(reload_on_sighup(
         signals.hup,
         config.web_config_file.clone(),
@@ -137,19 +199,48 @@ async fn run(config: Config) -> Result<(), String> {
     let app = server::guard(http::router(state.clone()), web.clone());
     let shutdown = wait_for_shutdown(signals.term, signals.int);
     server::serve(listener, app, web, limits, shutdown, SHUTDOWN_DRAIN).await;
-    // Detach every probe before exiting: dropping the scraper drops the
-    // probe collectors, and dropping `probes` drops the loaded programs.
+    // Detach every probe before exiting. The links live in `probes`;
+    // dropping it closes them, whatever a stuck scrape still holds.
     drop(state);
-    drop(probes);
+    drop(started.probes);
     tracing::info!("usescope stopped");
     Ok(())
+}
+
+/// SIGTERM, SIGINT and SIGHUP blocked on the main thread during start-up
+/// (threads started meanwhile inherit the mask, which is what we want: the
+/// runtime's workers never take these signals, the main thread does once
+/// [`HeldSignals::release`] unblocks them).
+struct HeldSignals(libc::sigset_t);
+
+impl HeldSignals {
+    fn block() -> HeldSignals {
+        // SAFETY: sigset operations on a zeroed set we own; pthread_sigmask
+        // changes only this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            HeldSignals(set)
+        }
+    }
+
+    fn release(self) {
+        // SAFETY: as above.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &self.0, std::ptr::null_mut());
+        }
+    }
 }
 
 /// How long in-flight scrapes may run after SIGTERM before we exit anyway.
 const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(4);
 
-/// The signal streams, created before anything else so that none of
-/// SIGTERM, SIGINT or SIGHUP can hit its default action after start-up.
+/// The signal streams. Until they exist the signals are held
+/// ([`HeldSignals`]), so none can hit its default action.
 struct Signals {
     term: Signal,
     int: Signal,

@@ -8,7 +8,15 @@
 //! 1. empties its capability bounding set (no way back, even through exec);
 //! 2. optionally switches to `--runtime.user` (groups, gid, then uid);
 //! 3. clears its effective, permitted, inheritable and ambient capabilities;
-//! 4. sets `no_new_privs`.
+//! 4. sets `no_new_privs`;
+//! 5. reads its own status back and fails start-up if any capability is left.
+//!
+//! **All of this is per thread** in the kernel (capabilities, the bounding
+//! set and no_new_privs are thread attributes; only glibc's setuid is
+//! broadcast to every thread). So it must run while the process has exactly
+//! one thread: main.rs calls it before the async runtime starts its workers,
+//! and [`drop_after_attach`] refuses to run if another thread exists. Threads
+//! created afterwards inherit the dropped state.
 //!
 //! The capabilities needed *before* this point are documented in
 //! docs/deployment.md: CAP_BPF and CAP_PERFMON to load and attach tracing
@@ -22,7 +30,7 @@ fn last_cap() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
+        .unwrap_or(63)
 }
 
 #[repr(C)]
@@ -47,16 +55,60 @@ fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
-/// Drops everything; see the module docs. Returns what was done, for the log.
-pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<String, String> {
+/// What [`drop_after_attach`] left behind, read back from the kernel.
+#[derive(Debug)]
+pub struct Dropped {
+    /// The user we switched to, if any.
+    pub user: Option<(String, u32, u32)>,
+    /// The real uid after the drop (0 when no `--runtime.user` was given
+    /// and we started as root).
+    pub uid: u32,
+    /// Whether the bounding set could be emptied. Without CAP_SETPCAP it
+    /// stays as it was; harmless with no_new_privs and no capabilities
+    /// (nothing can be gained through exec), but worth saying.
+    pub bounding_set_emptied: bool,
+}
+
+impl Dropped {
+    /// One log line that says exactly what happened.
+    pub fn describe(&self) -> String {
+        let who = match &self.user {
+            Some((name, uid, gid)) => format!("running as {name} (uid {uid}, gid {gid})"),
+            None => format!("running as uid {}", self.uid),
+        };
+        let bnd = if self.bounding_set_emptied {
+            "bounding set empty"
+        } else {
+            "bounding set unchanged (no CAP_SETPCAP to drop it)"
+        };
+        format!("{who} with no capabilities ({bnd}, no_new_privs on every thread)")
+    }
+}
+
+/// Drops everything; see the module docs.
+pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<Dropped, String> {
+    let threads = thread_count().map_err(|e| format!("counting threads: {e}"))?;
+    if threads != 1 {
+        // A thread that already exists would keep every capability.
+        return Err(format!(
+            "{threads} threads exist; privileges must be dropped while the process has one"
+        ));
+    }
     let target = runtime_user.map(lookup_user).transpose()?;
+    let mut bounding_set_emptied = true;
     // SAFETY: prctl/setgroups/setgid/setuid/syscall are called with valid
     // arguments and have no memory-safety preconditions beyond that.
     unsafe {
         for cap in 0..=last_cap() {
-            // EINVAL for caps this kernel does not know; EPERM when we lack
-            // CAP_SETPCAP (not root): then the bounding set stays as it was.
-            libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
+                match errno().raw_os_error() {
+                    // A capability this kernel does not know: nothing to drop.
+                    Some(libc::EINVAL) => {}
+                    // No CAP_SETPCAP (not started as root): checked below.
+                    Some(libc::EPERM) => bounding_set_emptied = false,
+                    _ => return Err(format!("prctl(PR_CAPBSET_DROP, {cap}): {}", errno())),
+                }
+            }
         }
         if let Some((name, uid, gid)) = &target {
             if libc::setgroups(0, std::ptr::null()) != 0 {
@@ -69,6 +121,8 @@ pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<String, String> {
                 return Err(format!("--runtime.user {name}: setuid({uid}): {}", errno()));
             }
         }
+        // Fails only on kernels without ambient capabilities (< 4.3), which
+        // then have none to clear.
         libc::prctl(
             PR_CAP_AMBIENT,
             PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
@@ -93,20 +147,84 @@ pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<String, String> {
             return Err(format!("prctl(PR_SET_NO_NEW_PRIVS): {}", errno()));
         }
     }
-    Ok(match target {
-        Some((name, uid, gid)) => {
-            format!("running as {name} (uid {uid}, gid {gid}) with no capabilities")
-        }
-        None => "running with no capabilities".to_string(),
+    verify_dropped(bounding_set_emptied)?;
+    Ok(Dropped {
+        user: target,
+        // SAFETY: getuid cannot fail.
+        uid: unsafe { libc::getuid() },
+        bounding_set_emptied,
     })
+}
+
+/// Reads /proc/thread-self/status back: the kernel's word, not ours.
+fn verify_dropped(bounding_set_emptied: bool) -> Result<(), String> {
+    let status = std::fs::read_to_string("/proc/thread-self/status")
+        .map_err(|e| format!("reading /proc/thread-self/status to verify the drop: {e}"))?;
+    let mut fields = vec!["CapEff", "CapPrm", "CapInh", "CapAmb"];
+    if bounding_set_emptied {
+        fields.push("CapBnd");
+    }
+    for field in fields {
+        let value = status_field(&status, field)
+            .ok_or_else(|| format!("no {field} in /proc/thread-self/status"))?;
+        if !value.trim_start_matches('0').is_empty() {
+            return Err(format!("{field} is {value} after dropping privileges"));
+        }
+    }
+    if status_field(&status, "NoNewPrivs") != Some("1") {
+        return Err("NoNewPrivs is not 1 after setting it".into());
+    }
+    Ok(())
+}
+
+fn status_field<'a>(status: &'a str, field: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+fn thread_count() -> std::io::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go programs
+/// (node_exporter among them) do at start. systemd and many containers set
+/// the soft limit to 1024, which a few hundred held connections would
+/// exhaust; the hard limit is what the operator actually allowed.
+pub fn raise_fd_limit() -> Result<u64, String> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write/read the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return Err(format!("getrlimit(RLIMIT_NOFILE): {}", errno()));
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                return Err(format!(
+                    "setrlimit(RLIMIT_NOFILE, {}): {}",
+                    lim.rlim_max,
+                    errno()
+                ));
+            }
+        }
+    }
+    Ok(lim.rlim_max)
 }
 
 /// Resolves a user name (or a numeric uid) to (name, uid, primary gid).
 fn lookup_user(user: &str) -> Result<(String, u32, u32), String> {
     let c = CString::new(user).map_err(|_| format!("--runtime.user {user:?}: invalid name"))?;
     // SAFETY: getpwnam/getpwuid return a pointer into static storage or
-    // null; we copy the fields out immediately. Start-up is single-threaded
-    // with respect to these calls.
+    // null; we copy the fields out immediately. Start-up is single-threaded.
     unsafe {
         let mut pw = libc::getpwnam(c.as_ptr());
         if pw.is_null()
@@ -130,5 +248,25 @@ mod tests {
         let e = lookup_user("no-such-user-usescope").unwrap_err();
         assert!(e.contains("no such user"), "{e}");
         assert_eq!(lookup_user("root").unwrap().1, 0);
+    }
+
+    #[test]
+    fn refuses_to_drop_with_other_threads_alive() {
+        // The test harness runs tests on threads, so this process has more
+        // than one: the drop must refuse rather than leave them privileged.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv());
+        let e = drop_after_attach(None).unwrap_err();
+        assert!(e.contains("threads exist"), "{e}");
+        drop(tx);
+        let _ = t.join();
+    }
+
+    #[test]
+    fn status_fields_are_found_exactly() {
+        let s = "CapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\nNoNewPrivs:\t1\n";
+        assert_eq!(status_field(s, "CapEff"), Some("000001ffffffffff"));
+        assert_eq!(status_field(s, "CapBnd"), None);
+        assert_eq!(status_field(s, "NoNewPrivs"), Some("1"));
     }
 }

@@ -36,13 +36,19 @@ pub fn send(sock: impl AsFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("fds do not fit the control buffer"));
     }
-    let sent = sendmsg(
-        sock,
-        &[IoSlice::new(bytes)],
-        &mut control,
-        SendFlags::empty(),
-    )
-    .map_err(io::Error::from)?;
+    let sock = sock.as_fd();
+    let sent = loop {
+        match sendmsg(
+            sock,
+            &[IoSlice::new(bytes)],
+            &mut control,
+            SendFlags::empty(),
+        ) {
+            // A signal with a handler arrived before anything was sent.
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other.map_err(io::Error::from)?,
+        }
+    };
     if sent != bytes.len() {
         return Err(io::Error::other(format!(
             "short send: {sent} of {} bytes",
@@ -58,13 +64,21 @@ pub fn recv(sock: impl AsFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut bytes = vec![0u8; MAX_BYTES];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let msg = recvmsg(
-        sock,
-        &mut [IoSliceMut::new(&mut bytes)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
+    let sock = sock.as_fd();
+    let msg = loop {
+        match recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut bytes)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            // A signal with a handler arrived before the message: nothing
+            // was received, so wait again. (The daemon holds its signals
+            // during start-up, but a caller may not.)
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other.map_err(io::Error::from)?,
+        }
+    };
     // Take ownership of every fd that arrived before judging the message,
     // so none leaks when it is refused.
     let mut fds = Vec::new();
@@ -99,6 +113,31 @@ mod tests {
             None,
         )
         .unwrap()
+    }
+
+    /// A signal whose handler interrupts the blocking recvmsg must not turn
+    /// into a failed hand-over (it disabled every probe, once).
+    #[test]
+    fn recv_survives_signals() {
+        extern "C" fn noop(_: libc::c_int) {}
+        // SAFETY: installs a no-op handler without SA_RESTART for SIGUSR1,
+        // so a blocked recvmsg returns EINTR; sends it to one thread.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = noop as *const () as usize;
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        }
+        let (a, b) = pair();
+        let receiver = std::thread::spawn(move || recv(&b));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let tid = std::os::unix::thread::JoinHandleExt::as_pthread_t(&receiver);
+        for _ in 0..20 {
+            // SAFETY: the thread is alive until it receives the message below.
+            unsafe { libc::pthread_kill(tid, libc::SIGUSR1) };
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        send(&a, b"after signals", &[]).unwrap();
+        assert_eq!(receiver.join().unwrap().unwrap().0, b"after signals");
     }
 
     #[test]
