@@ -14,6 +14,7 @@ packages=(
   python3 python3-venv curl openssl ca-certificates util-linux libcap2-bin
   systemd                         # systemd-analyze verify of the unit file
   wrk                             # the load test
+  python3-fusepy                  # tests/tools/hangfs.py: a real hung FUSE mount (libfuse2)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,30 +1,144 @@
-//! Least privilege, observed from outside: after start-up the daemon's
-//! /proc/PID/status shows no effective, permitted or bounding capabilities
-//! and no_new_privs, yet it keeps serving /proc and probe metrics.
+//! Least privilege, observed from outside: after start-up every thread of
+//! the daemon (/proc/PID/task/*/status) shows no effective, permitted or
+//! bounding capabilities and no_new_privs, yet it keeps serving /proc and
+//! probe metrics; and a scrape cannot read what the runtime user cannot.
 
 mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use common::{Daemon, can_run_bpf};
 
 fn status_field(pid: u32, field: &str) -> String {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    task_status_field(&format!("/proc/{pid}/status"), field)
+}
+
+fn task_status_field(path: &str, field: &str) -> String {
+    let s = std::fs::read_to_string(path).unwrap();
     s.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .unwrap_or_else(|| panic!("no {field} in {path}"))
         .trim()
         .to_string()
 }
 
+/// Capabilities and no_new_privs are per thread: check every one of them,
+/// after a few scrapes so that the runtime's workers (and any blocking
+/// thread) exist and have served requests.
 fn assert_no_capabilities(d: &Daemon) {
-    let pid = d.child.id();
-    for field in ["CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"] {
-        assert_eq!(
-            status_field(pid, field),
-            "0000000000000000",
-            "{field} of the running daemon"
-        );
+    for _ in 0..3 {
+        d.scrape();
     }
-    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    let pid = d.child.id();
+    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        tasks.len() >= 3,
+        "expected the main thread and two workers: {tasks:?}"
+    );
+    for task in tasks {
+        let status = format!("{}/status", task.display());
+        for field in ["CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"] {
+            assert_eq!(
+                task_status_field(&status, field),
+                "0000000000000000",
+                "{field} of {status}"
+            );
+        }
+        assert_eq!(task_status_field(&status, "NoNewPrivs"), "1", "{status}");
+    }
+}
+
+/// A procfs tree whose `loadavg` belongs to another user, mode 0600.
+fn tree_with_private_loadavg(owner: u32) -> PathBuf {
+    let tree = common::copy_tree(&common::fixture("proc"));
+    make_world_readable(&tree);
+    let file = tree.join("loadavg");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&file, Some(owner), Some(owner)).unwrap();
+    tree
+}
+
+fn make_world_readable(dir: &Path) {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            make_world_readable(&p);
+        } else {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+}
+
+/// The review's attack: a scrape, served on a worker thread that had kept
+/// CAP_DAC_OVERRIDE, read a 0600 file owned by another user. Run as root
+/// without --runtime.user, the daemon keeps uid 0 but no capability, so a
+/// file of another owner stays unread.
+#[test]
+fn scrape_cannot_read_another_users_private_file() {
+    if !can_run_bpf("scrape_cannot_read_another_users_private_file") {
+        return;
+    }
+    let tree = tree_with_private_loadavg(65534);
+    let procfs = format!("--path.procfs={}", tree.display());
+    let d = Daemon::start(&[
+        &procfs,
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ]);
+    let expo = d.scrape();
+    assert!(
+        !expo.contains("node_load1 "),
+        "a 0600 file of uid 65534 was read"
+    );
+    assert_eq!(
+        common::sample(
+            &expo,
+            "node_scrape_collector_success{collector=\"loadavg\"}"
+        ),
+        Some(0.0)
+    );
+    assert!(
+        d.log()
+            .iter()
+            .any(|l| l.contains("loadavg") && l.contains("ermission denied")),
+        "{}",
+        d.log().join("\n")
+    );
+    assert!(
+        d.log().iter().any(|l| l.contains("still running as root")),
+        "no loud warning about uid 0"
+    );
+    assert_eq!(
+        common::sample(&expo, "node_scrape_collector_success{collector=\"stat\"}"),
+        Some(1.0)
+    );
+    assert!(d.stop().success());
+    let _ = std::fs::remove_dir_all(&tree);
+
+    // And under --runtime.user, a root-owned 0600 file is out of reach too.
+    let tree = tree_with_private_loadavg(0);
+    let procfs = format!("--path.procfs={}", tree.display());
+    let d = Daemon::start(&[
+        &procfs,
+        "--runtime.user=nobody",
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ]);
+    let expo = d.scrape();
+    assert!(
+        !expo.contains("node_load1 "),
+        "a root-owned 0600 file was read as nobody"
+    );
+    assert!(!d.log().iter().any(|l| l.contains("still running as root")));
+    assert!(d.stop().success());
+    let _ = std::fs::remove_dir_all(&tree);
 }
 
 #[test]
@@ -80,7 +194,6 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
     std::fs::create_dir_all(&dir).unwrap();
     let bin = dir.join("usescope");
     std::fs::copy(common::bin(), &bin).unwrap();
-    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let setcap = std::process::Command::new("setcap")

@@ -1,0 +1,223 @@
+//! A read that never returns, made for real: a FUSE filesystem (Debian's
+//! python3-fusepy, tests/tools/hangfs.py) whose server is stopped, or which
+//! takes the read and never answers. The source file is a symlink into it.
+//!
+//! The scrape that meets it must answer by its deadline (503 naming the
+//! collector), every later scrape must answer at once without that
+//! collector, and SIGTERM must still end the daemon.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Daemon, http_get, sample};
+
+const HANGFS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/hangfs.py");
+
+/// A mounted hangfs and its server process; unmounted and killed on drop.
+struct HungMount {
+    dir: PathBuf,
+    server: Child,
+}
+
+impl HungMount {
+    /// None (after a skip line) when FUSE cannot be had and this is not CI.
+    fn mount(test: &str, dir: PathBuf) -> Option<HungMount> {
+        if !common::can_run_bpf(test) {
+            return None;
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        let server = Command::new("/usr/bin/python3")
+            .arg(HANGFS)
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "start hangfs.py (needs Debian's python3-fusepy; scripts/setup.sh installs it)",
+            );
+        let m = HungMount { dir, server };
+        let end = Instant::now() + Duration::from_secs(10);
+        while !m.is_mounted() {
+            assert!(
+                Instant::now() < end,
+                "hangfs did not mount {} (python3-fusepy, /dev/fuse and root are needed)",
+                m.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(m)
+    }
+
+    fn is_mounted(&self) -> bool {
+        let target = self.dir.to_string_lossy().into_owned();
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(target.as_str()))
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { kill(self.server.id() as i32, sig) };
+    }
+}
+
+impl Drop for HungMount {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped server too; its connection closes and every
+        // request still waiting on it fails, so nothing stays stuck.
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+const SIGSTOP: i32 = 19;
+const SIGTERM: i32 = 15;
+
+/// A copy of the fixture procfs whose `loadavg` points into the mount.
+fn tree_with_loadavg_in(mount: &Path) -> PathBuf {
+    let tree = common::copy_tree(&common::fixture("proc"));
+    std::fs::remove_file(tree.join("loadavg")).unwrap();
+    std::os::unix::fs::symlink(mount.join("loadavg"), tree.join("loadavg")).unwrap();
+    tree
+}
+
+fn start(tree: &Path) -> Daemon {
+    Daemon::start(&[
+        &format!("--path.procfs={}", tree.display()),
+        "--web.scrape-timeout=2s",
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ])
+}
+
+/// The first scrape answers 503 by its deadline; the next ones answer
+/// quickly, with loadavg failed and everything else there.
+fn assert_deadline_then_skip(d: &Daemon) {
+    let t = Instant::now();
+    let first = http_get(d.addr, "/metrics", &[]);
+    let took = t.elapsed();
+    assert_eq!(first.status, 503, "{}", first.text());
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(4),
+        "the stuck scrape answered after {took:?}, not at its 2 s deadline"
+    );
+    assert!(first.text().contains("loadavg"), "{}", first.text());
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = http_get(d.addr, "/metrics", &[]);
+        assert_eq!(r.status, 200);
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "a later scrape took {:?}",
+            t.elapsed()
+        );
+        let expo = r.text();
+        assert_eq!(
+            sample(
+                &expo,
+                "node_scrape_collector_success{collector=\"loadavg\"}"
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(&expo, "node_scrape_collector_success{collector=\"stat\"}"),
+            Some(1.0)
+        );
+        assert!(expo.contains("node_cpu_seconds_total{"));
+        assert!(!expo.contains("node_load1 "));
+    }
+    // Prometheus' own timeout header shortens the deadline; a stuck
+    // collector is skipped, so this one is fast anyway.
+    let r = http_get(
+        d.addr,
+        "/metrics",
+        &[("X-Prometheus-Scrape-Timeout-Seconds", "0.5")],
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(http_get(d.addr, "/", &[]).status, 200);
+    assert!(
+        d.log()
+            .iter()
+            .any(|l| l.contains("scrape deadline exceeded") && l.contains("loadavg")),
+        "no log line names the stuck collector:\n{}",
+        d.log().join("\n")
+    );
+}
+
+/// The server process is stopped: every request on the mount waits in the
+/// kernel, killably. SIGTERM ends the daemon within 5 s.
+#[test]
+fn stopped_fuse_server_costs_one_collector_and_sigterm_still_exits() {
+    let base = std::env::temp_dir().join(format!("usescope-hung-stop-{}", std::process::id()));
+    let Some(mount) = HungMount::mount("stopped_fuse_server_costs_one_collector", base.join("mnt"))
+    else {
+        return;
+    };
+    mount.signal(SIGSTOP);
+    let tree = tree_with_loadavg_in(&mount.dir);
+    let d = start(&tree);
+    assert_deadline_then_skip(&d);
+    let t = Instant::now();
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "exit took {:?}",
+        t.elapsed()
+    );
+    drop(mount);
+    let _ = std::fs::remove_dir_all(&tree);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The server has taken the read and never answers. The kernel will not
+/// let that one thread die until the server answers or goes away (FUSE
+/// waits uninterruptibly for a request already in user space), but the
+/// daemon's own shutdown finishes: it stops serving and closes its BPF
+/// links, and the process is gone as soon as the mount is released.
+#[test]
+fn fuse_server_holding_a_read_costs_one_collector() {
+    let base = std::env::temp_dir().join(format!("usescope-hung-hold-{}", std::process::id()));
+    let Some(mount) = HungMount::mount(
+        "fuse_server_holding_a_read_costs_one_collector",
+        base.join("mnt"),
+    ) else {
+        return;
+    };
+    let tree = tree_with_loadavg_in(&mount.dir);
+    let mut d = start(&tree);
+    assert_deadline_then_skip(&d);
+    // SAFETY: signalling our own child by its pid.
+    unsafe { kill(d.child.id() as i32, SIGTERM) };
+    assert!(
+        d.wait_for_log("usescope stopped", Duration::from_secs(5))
+            .is_some(),
+        "shutdown did not finish within 5 s:\n{}",
+        d.log().join("\n")
+    );
+    drop(mount);
+    let end = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < end,
+            "still running after the mount was released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&tree);
+    let _ = std::fs::remove_dir_all(&base);
+}
