@@ -100,43 +100,121 @@ impl fmt::Display for CollectError {
 
 impl std::error::Error for CollectError {}
 
-/// `msg` with control characters and non-ASCII (but "…", which the
-/// truncation marks itself and [`excerpt`] writes) escaped, cut to
-/// [`MAX_ERROR_CHARS`] characters. Idempotent, so a message that passes
-/// through two constructors is unchanged by the second. A short printable
-/// ASCII message, every message a parser writes on good code paths, is
-/// returned as it is.
+/// `msg` made safe to show: control characters and non-ASCII (but "…",
+/// which marks every cut) escaped; each double-quoted part cut after
+/// [`MAX_EXCERPT_CHARS`] characters, since by the convention of `{:?}` and
+/// [`excerpt`] that is file content (this is what keeps a collector that
+/// quotes a whole line with `{line:?}` to an excerpt); and the whole cut to
+/// [`MAX_ERROR_CHARS`]. Runs only when an error is built, never on a good
+/// scrape.
+///
+/// Idempotent, so a message that passes through two constructors is
+/// unchanged by the second. That is why, inside quotes, an escape is one
+/// unit that is kept or cut whole, a backslash that starts no escape is
+/// itself escaped, and a "…" ends the part (it is where an earlier pass
+/// cut it).
 fn bounded(msg: String) -> String {
-    let plain = |c: char| c == ' ' || c.is_ascii_graphic() || c == '…';
-    if msg.len() <= MAX_ERROR_CHARS && msg.chars().all(plain) {
-        return msg;
-    }
-    let mut out = String::new();
-    let mut chars = 0;
-    // Where to cut if the rest does not fit: the end of the last whole
-    // escape that leaves room for the "…".
-    let mut cut_at = 0;
-    let mut escaped = String::new();
-    for c in msg.chars() {
-        escaped.clear();
-        if plain(c) {
-            escaped.push(c);
+    let mut out = Limited::default();
+    let mut chars = msg.chars();
+    // Characters shown of the quoted part we are in; None outside quotes;
+    // above the limit once it has been cut (the rest up to the closing
+    // quote is left out).
+    let mut quoted: Option<usize> = None;
+    let mut unit = String::new();
+    while let Some(c) = chars.next() {
+        unit.clear();
+        if c == '\\' && quoted.is_some() {
+            take_escape(&mut chars, &mut unit);
         } else {
-            escape_char(c, &mut escaped);
+            push_safe(c, &mut unit);
         }
-        let n = escaped.chars().count();
-        if chars + n > MAX_ERROR_CHARS {
-            out.truncate(cut_at);
-            out.push('…');
-            return out;
+        match (c, quoted) {
+            ('"', None) => quoted = Some(0),
+            ('"', Some(_)) => quoted = None,
+            (_, Some(n)) if n > MAX_EXCERPT_CHARS => continue,
+            (_, Some(n)) => {
+                let len = unit.chars().count();
+                if c == '…' || n + len > MAX_EXCERPT_CHARS {
+                    unit.clear();
+                    unit.push('…');
+                    quoted = Some(MAX_EXCERPT_CHARS + 1);
+                } else {
+                    quoted = Some(n + len);
+                }
+            }
+            (_, None) => {}
         }
-        out.push_str(&escaped);
-        chars += n;
-        if chars < MAX_ERROR_CHARS {
-            cut_at = out.len();
+        if !out.push(&unit) {
+            break;
         }
     }
-    out
+    out.text
+}
+
+fn is_plain(c: char) -> bool {
+    c == ' ' || c.is_ascii_graphic() || c == '…'
+}
+
+fn push_safe(c: char, out: &mut String) {
+    if is_plain(c) {
+        out.push(c);
+    } else {
+        escape_char(c, out);
+    }
+}
+
+/// After a backslash inside quotes: moves the escape it starts (`\n`, `\"`,
+/// `\u{1b}`: what `{:?}` and [`excerpt`] write) from `chars` to `unit`, or,
+/// when it starts none, writes the backslash escaped, as `\\`.
+fn take_escape(chars: &mut std::str::Chars<'_>, unit: &mut String) {
+    let rest = chars.as_str();
+    let len = match rest.as_bytes() {
+        [b'n' | b'r' | b't' | b'0' | b'\\' | b'\'' | b'"', ..] => 1,
+        [b'u', b'{', tail @ ..] => match tail.iter().position(|&b| b == b'}') {
+            Some(digits @ 1..=6) if tail[..digits].iter().all(u8::is_ascii_hexdigit) => digits + 3,
+            _ => 0,
+        },
+        _ => 0,
+    };
+    if len == 0 {
+        unit.push_str("\\\\");
+        return;
+    }
+    // All ASCII, as matched above.
+    unit.push('\\');
+    unit.push_str(&rest[..len]);
+    for _ in chars.take(len) {}
+}
+
+/// A string of at most [`MAX_ERROR_CHARS`] characters, built unit by unit.
+#[derive(Default)]
+struct Limited {
+    text: String,
+    chars: usize,
+    /// Where to cut if the rest does not fit: the end of the last whole
+    /// unit that leaves room for the "…".
+    cut_at: usize,
+}
+
+impl Limited {
+    /// Appends `unit` whole, or cuts the text with "…" (one: a text that
+    /// already ends with one was cut there) and returns false.
+    fn push(&mut self, unit: &str) -> bool {
+        let n = unit.chars().count();
+        if self.chars + n > MAX_ERROR_CHARS {
+            self.text.truncate(self.cut_at);
+            if !self.text.ends_with('…') {
+                self.text.push('…');
+            }
+            return false;
+        }
+        self.text.push_str(unit);
+        self.chars += n;
+        if self.chars < MAX_ERROR_CHARS {
+            self.cut_at = self.text.len();
+        }
+        true
+    }
 }
 
 /// Writes `c` as an ASCII escape: `\n`, `\r`, `\t`, `\"`, `\\`, or `\u{..}`.
@@ -195,7 +273,10 @@ mod tests {
     fn short_plain_messages_are_kept_as_they_are() {
         let msg = "cpu: invalid unsigned integer \"x\\\"y\": invalid digit found in string";
         assert_eq!(ParseError::new(3, msg).msg, msg);
-        assert_eq!(ParseError::new(3, "expected `(N, …)`").msg, "expected `(N, …)`");
+        assert_eq!(
+            ParseError::new(3, "expected `(N, …)`").msg,
+            "expected `(N, …)`"
+        );
     }
 
     #[test]
@@ -217,7 +298,10 @@ mod tests {
 
     #[test]
     fn every_constructor_bounds_and_escapes() {
-        let long = format!("x\n level=error msg=forged\u{1b}[2J\u{202e}{}", "y".repeat(1000));
+        let long = format!(
+            "x\n level=error msg=forged\u{1b}[2J\u{202e}{}",
+            "y".repeat(1000)
+        );
         let io = std::io::Error::other(long.clone());
         let errors = [
             CollectError::io(Path::new("f"), io).cause,
@@ -228,8 +312,14 @@ mod tests {
         ];
         for e in errors {
             assert!(e.chars().count() <= MAX_ERROR_CHARS, "{e}");
-            assert!(e.starts_with("x\\n level=error msg=forged\\u{1b}[2J\\u{202e}yyy"), "{e}");
-            assert!(e.chars().all(|c| c == '…' || c == ' ' || c.is_ascii_graphic()));
+            assert!(
+                e.starts_with("x\\n level=error msg=forged\\u{1b}[2J\\u{202e}yyy"),
+                "{e}"
+            );
+            assert!(
+                e.chars()
+                    .all(|c| c == '…' || c == ' ' || c.is_ascii_graphic())
+            );
         }
     }
 
@@ -238,6 +328,43 @@ mod tests {
         let once = ParseError::new(1, format!("tab\there é \u{0}{}", "z".repeat(400))).msg;
         let twice = CollectError::from_parse(Path::new("f"), ParseError::new(1, once.clone()));
         assert_eq!(twice.cause, once);
+    }
+
+    #[test]
+    fn quoted_parts_are_cut_to_an_excerpt() {
+        // What a collector writes with `{line:?}` on a long line.
+        let line = format!("root:$6$salt\"{}\u{1b}", "h".repeat(10_000));
+        let e = ParseError::new(1, format!("expected `Key:`, found {line:?} at the start"));
+        assert_eq!(
+            e.msg,
+            r#"expected `Key:`, found "root:$6$salt\"hhhhhhhhhhhhhhhhhh…" at the start"#
+        );
+        // Escapes are units: never split, and each counts whole.
+        let e = ParseError::new(1, format!("{:?}", "\u{1b}".repeat(20)));
+        assert_eq!(e.msg, format!("\"{}…\"", r"\u{1b}".repeat(5)));
+        let e = ParseError::new(1, format!("{:?}", "é".repeat(20)));
+        assert_eq!(e.msg, format!("\"{}…\"", r"\u{e9}".repeat(5)));
+        // A backslash that starts no escape is escaped itself.
+        let e = ParseError::new(1, r#"found "a\qb" here"#);
+        assert_eq!(e.msg, r#"found "a\\qb" here"#);
+        // Short quoted parts and an excerpt stay as they are.
+        let msg = format!("expected the \"Inter-|\" header, found {}", excerpt(&line));
+        assert_eq!(ParseError::new(1, msg.clone()).msg, msg);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn bounding_holds_for_any_text(s in "[a\"\\\\u{{}}x1 \n\u{1b}é…]{0,400}") {
+            let once = bounded(s.clone());
+            proptest::prop_assert!(once.chars().count() <= MAX_ERROR_CHARS);
+            proptest::prop_assert!(once.chars().all(is_plain));
+            proptest::prop_assert_eq!(bounded(once.clone()), once.clone());
+            let debug = bounded(format!("found {s:?} here"));
+            // "found ", the quotes, the excerpt and its mark, " here".
+            let most = 6 + 2 + MAX_EXCERPT_CHARS + 1 + 5;
+            proptest::prop_assert!(debug.chars().count() <= most, "{}", debug);
+            proptest::prop_assert_eq!(bounded(debug.clone()), debug);
+        }
     }
 
     #[test]

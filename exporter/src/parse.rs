@@ -239,11 +239,9 @@ pub fn cpu_id(tok: &str, line: usize) -> Result<u32, ParseError> {
 pub fn parse_cpu_header(line: &str, n: usize, out: &mut Vec<u32>) -> Result<(), ParseError> {
     out.clear();
     for tok in fields(line) {
-        let id = tok
-            .strip_prefix("CPU")
-            .ok_or_else(|| {
-                ParseError::new(n, format!("header: expected CPUn, found {}", excerpt(tok)))
-            })?;
+        let id = tok.strip_prefix("CPU").ok_or_else(|| {
+            ParseError::new(n, format!("header: expected CPUn, found {}", excerpt(tok)))
+        })?;
         let id = cpu_id(id, n)?;
         if let Some(&last) = out.last()
             && id <= last

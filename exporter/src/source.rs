@@ -243,8 +243,8 @@ impl SourceFile {
         let mut write = read;
         let mut skipped = Vec::new();
         while read < self.len {
-            let end = memchr::memchr(b'\n', &self.buf[read..self.len])
-                .map_or(self.len, |i| read + i + 1);
+            let end =
+                memchr::memchr(b'\n', &self.buf[read..self.len]).map_or(self.len, |i| read + i + 1);
             if std::str::from_utf8(&self.buf[read..end]).is_ok() {
                 self.buf.copy_within(read..end, write);
                 write += end - read;
@@ -459,10 +459,7 @@ mod tests {
 
     #[test]
     fn skipped_lines_are_described() {
-        assert_eq!(
-            describe_skipped(&[7]),
-            "line 7 is not valid UTF-8; skipped"
-        );
+        assert_eq!(describe_skipped(&[7]), "line 7 is not valid UTF-8; skipped");
         assert_eq!(
             describe_skipped(&[2, 4]),
             "lines 2, 4 are not valid UTF-8; skipped"

@@ -452,7 +452,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("net")).unwrap();
         std::fs::write(dir.path().join("net/dev"), content).unwrap();
-        let mut c = build(&Settings::with_roots(dir.path().to_path_buf(), "/nonexistent"));
+        let mut c = build(&Settings::with_roots(
+            dir.path().to_path_buf(),
+            "/nonexistent",
+        ));
         crate::collectors::test_support::render(c.as_mut())
     }
 
