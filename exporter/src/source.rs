@@ -492,8 +492,21 @@ mod tests {
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A writer blocks in open() until a reader opens the FIFO: if the
+        // read opened it, the writer would get through.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer_path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(OpenOptions::new().write(true).open(writer_path).is_ok());
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
         let e = read_error(dir.path(), "loadavg");
         assert!(e.contains("loadavg: is a FIFO, not a regular file"), "{e}");
+        let opened = rx.recv_timeout(std::time::Duration::from_millis(300));
+        assert!(opened.is_err(), "the FIFO was opened");
+        // Let the writer go.
+        let _reader = File::open(&fifo).unwrap();
+        assert_eq!(rx.recv(), Ok(true));
 
         std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero")).unwrap();
         let e = read_error(dir.path(), "zero");
