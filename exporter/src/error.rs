@@ -24,6 +24,10 @@ pub const MAX_EXCERPT_CHARS: usize = 32;
 
 /// A parse failure from a pure parser: 1-based line number and cause.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[expect(
+    clippy::manual_non_exhaustive,
+    reason = "#[non_exhaustive] binds only other crates; the collectors are in this one"
+)]
 pub struct ParseError {
     pub line: usize,
     pub msg: String,
@@ -52,6 +56,10 @@ impl std::error::Error for ParseError {}
 
 /// A collector failure: which file, which line if known, and why.
 #[derive(Debug)]
+#[expect(
+    clippy::manual_non_exhaustive,
+    reason = "#[non_exhaustive] binds only other crates; the collectors are in this one"
+)]
 pub struct CollectError {
     pub file: PathBuf,
     pub line: Option<usize>,
