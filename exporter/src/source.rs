@@ -126,9 +126,9 @@ impl SourceFile {
             }
             Err(e) => return Err(CollectError::io(&self.path, e)),
         }
-        // The text is returned from one place, after any compaction:
-        // returning a borrow of `buf` from one arm of a match that mutates
-        // it in another is beyond the borrow checker.
+        // The Ok arm cannot return the `&str` it was given while the Err
+        // arm mutates `buf` (a known limit of the borrow checker, fixed by
+        // Polonius), so it re-borrows the bytes it has just validated.
         match std::str::from_utf8(&self.buf[..self.len]) {
             Ok(_) => {
                 if !self.skipped.is_empty() {
@@ -136,8 +136,8 @@ impl SourceFile {
                     self.skipped.clear();
                 }
                 // SAFETY: these bytes were validated just above and have
-                // not changed; validating twice would double the cost of
-                // the check on every read.
+                // not changed since; validating them again would double the
+                // cost of the check on every read.
                 Ok(Read::Text(unsafe {
                     std::str::from_utf8_unchecked(&self.buf[..self.len])
                 }))
