@@ -1,7 +1,9 @@
 //! Small helpers shared by the pure parsers: number parsing that reports the
 //! line and the offending token, never panics, and rejects u64 overflow.
+//! A token in an error is quoted as an [`excerpt`]: short and escaped, since
+//! it is file content on its way to the log and the landing page.
 
-use crate::error::ParseError;
+use crate::error::{ParseError, excerpt};
 
 /// Parses an unsigned decimal field; `what` names it in the error.
 pub fn u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
@@ -13,7 +15,7 @@ pub fn u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> 
     tok.parse::<u64>().map_err(|e| {
         ParseError::new(
             line,
-            format!("{what}: invalid unsigned integer {tok:?}: {e}"),
+            format!("{what}: invalid unsigned integer {}: {e}", excerpt(tok)),
         )
     })
 }
@@ -181,14 +183,22 @@ impl KeysByLen {
 
 /// Parses a signed decimal field (a few kernel counters can be negative).
 pub fn i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> {
-    tok.parse::<i64>()
-        .map_err(|e| ParseError::new(line, format!("{what}: invalid integer {tok:?}: {e}")))
+    tok.parse::<i64>().map_err(|e| {
+        ParseError::new(
+            line,
+            format!("{what}: invalid integer {}: {e}", excerpt(tok)),
+        )
+    })
 }
 
 /// Parses a hexadecimal field without `0x` (softnet_stat).
 pub fn hex_u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
-    u64::from_str_radix(tok, 16)
-        .map_err(|e| ParseError::new(line, format!("{what}: invalid hex integer {tok:?}: {e}")))
+    u64::from_str_radix(tok, 16).map_err(|e| {
+        ParseError::new(
+            line,
+            format!("{what}: invalid hex integer {}: {e}", excerpt(tok)),
+        )
+    })
 }
 
 /// Parses a float field (loadavg, PSI averages).
@@ -197,11 +207,11 @@ pub fn f64_field(tok: &str, line: usize, what: &str) -> Result<f64, ParseError> 
         Ok(v) if v.is_finite() => Ok(v),
         Ok(_) => Err(ParseError::new(
             line,
-            format!("{what}: non-finite number {tok:?}"),
+            format!("{what}: non-finite number {}", excerpt(tok)),
         )),
         Err(e) => Err(ParseError::new(
             line,
-            format!("{what}: invalid number {tok:?}: {e}"),
+            format!("{what}: invalid number {}: {e}", excerpt(tok)),
         )),
     }
 }
@@ -229,9 +239,9 @@ pub fn cpu_id(tok: &str, line: usize) -> Result<u32, ParseError> {
 pub fn parse_cpu_header(line: &str, n: usize, out: &mut Vec<u32>) -> Result<(), ParseError> {
     out.clear();
     for tok in fields(line) {
-        let id = tok
-            .strip_prefix("CPU")
-            .ok_or_else(|| ParseError::new(n, format!("header: expected CPUn, found {tok:?}")))?;
+        let id = tok.strip_prefix("CPU").ok_or_else(|| {
+            ParseError::new(n, format!("header: expected CPUn, found {}", excerpt(tok)))
+        })?;
         let id = cpu_id(id, n)?;
         if let Some(&last) = out.last()
             && id <= last
@@ -285,6 +295,24 @@ mod tests {
     }
 
     #[test]
+    fn quoted_tokens_are_short_escaped_excerpts() {
+        let huge = format!("\u{1b}[31m\"{}", "9x".repeat(5_000_000));
+        let errors = [
+            u64_field(&huge, 1, "f").unwrap_err(),
+            i64_field(&huge, 1, "f").unwrap_err(),
+            hex_u64_field(&huge, 1, "f").unwrap_err(),
+            f64_field(&huge, 1, "f").unwrap_err(),
+            parse_cpu_header(&huge, 1, &mut Vec::new()).unwrap_err(),
+        ];
+        let quoted = excerpt(&huge).to_string();
+        assert_eq!(quoted, r#""\u{1b}[31m\"9x9x9x9x9x9x9x9x9x9x…""#);
+        for e in errors {
+            assert!(e.msg.contains(&quoted), "{}", e.msg);
+            assert!(e.msg.len() < 120, "{}", e.msg);
+        }
+    }
+
+    #[test]
     fn u64_field_agrees_with_std() {
         for tok in [
             "0",
@@ -305,7 +333,7 @@ mod tests {
             let ours = u64_field(tok, 1, "f").map_err(|e| e.msg);
             let std = tok
                 .parse::<u64>()
-                .map_err(|e| format!("f: invalid unsigned integer {tok:?}: {e}"));
+                .map_err(|e| format!("f: invalid unsigned integer {}: {e}", excerpt(tok)));
             assert_eq!(ours, std, "{tok:?}");
         }
     }

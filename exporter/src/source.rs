@@ -8,17 +8,52 @@
 //! On ordinary filesystems (fixture trees in tests, a bind-mounted copy) the
 //! file is reopened on every read: a kept descriptor would keep reading a
 //! file that has since been replaced or deleted.
+//!
+//! What a read accepts, since `--path.procfs`/`--path.sysfs` may point at
+//! any tree:
+//! - Only regular files. A FIFO would block the scrape forever, a device
+//!   such as /dev/zero never ends, and opening either can have side
+//!   effects, so the type is checked with stat() before the open, which is
+//!   non-blocking, and with fstat() on the opened descriptor (the path may
+//!   have been swapped in between). procfs and sysfs files are regular
+//!   files. A kept descriptor was checked when it was opened and is not
+//!   checked again.
+//! - At most [`MAX_FILE_BYTES`]; a longer file is an error and is not read
+//!   past the cap. A buffer that a large read left behind is released when
+//!   the read fails or the file shrinks, so one bad file does not pin
+//!   memory for the daemon's life.
+//! - Text that is valid UTF-8 line by line. A line that is not is dropped
+//!   from the text handed to the parser, alone (its line ending with it);
+//!   a warning names the file and the line whenever the set of dropped
+//!   lines changes. The parser then succeeds or fails on the other lines,
+//!   so one interface name with a stray byte does not take every interface
+//!   down. A parser's line numbers count the lines it was given;
+//!   [`SourceFile::parse_error`] turns them back into the file's. When the
+//!   whole file is valid (always, on a real kernel) the text is the read
+//!   buffer itself: no copy, no allocation.
 
-use std::fs::File;
+use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, ErrorKind};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::CollectError;
+use crate::error::{CollectError, ParseError};
+
+/// Most bytes read from one source file. The largest real sources are a
+/// few MB: /proc/interrupts on 1024 CPUs is ~1–2 MB, /proc/net/dev with
+/// 5,000 interfaces ~4 MB. 32 MiB leaves ample room above them while
+/// bounding what a wrong path (a device, a log file, a core dump) costs.
+pub const MAX_FILE_BYTES: usize = 32 << 20;
+
+/// A read buffer above this size is released (or shrunk) after a read that
+/// failed or used less than a quarter of it. Real sources fit well below
+/// it, so their buffers are never reallocated.
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
 /// What a read found.
 pub enum Read<'a> {
-    /// The file's whole content, valid UTF-8.
+    /// The file's content, valid UTF-8; lines that were not are left out
+    /// (see the module documentation).
     Text(&'a str),
     /// The file does not exist: the kernel lacks the feature. Not an error.
     Absent,
@@ -35,6 +70,9 @@ pub struct SourceFile {
     /// Largest read request; sysctl reads allocate a kernel buffer as large
     /// as the request, so those are created with a small one.
     chunk: usize,
+    /// The file's line numbers (1-based, ascending) that the last read
+    /// dropped as invalid UTF-8; empty on every real kernel.
+    skipped: Vec<usize>,
 }
 
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
@@ -50,6 +88,7 @@ impl SourceFile {
             buf: Vec::new(),
             len: 0,
             chunk: usize::MAX,
+            skipped: Vec::new(),
         }
     }
 
@@ -66,10 +105,14 @@ impl SourceFile {
     }
 
     /// Reads the whole file. ENOENT (and ENOTDIR, for a missing parent)
-    /// becomes [`Read::Absent`]; any other failure, including invalid
-    /// UTF-8, is a [`CollectError`] naming the file.
+    /// becomes [`Read::Absent`]; any other failure, including a file that
+    /// is not a regular file or is over [`MAX_FILE_BYTES`], is a
+    /// [`CollectError`] naming the file. Lines that are not valid UTF-8 are
+    /// left out of the text (see the module documentation).
     pub fn read(&mut self) -> Result<Read<'_>, CollectError> {
-        match self.read_bytes() {
+        let result = self.read_bytes();
+        self.release_unused_buffer(if result.is_ok() { self.len } else { 0 });
+        match result {
             Ok(()) => self.note_presence(true),
             // ENOENT: the file is not there. EOPNOTSUPP: it is there but the
             // feature is switched off (PSI built in, booted with psi=0).
@@ -83,17 +126,31 @@ impl SourceFile {
             }
             Err(e) => return Err(CollectError::io(&self.path, e)),
         }
-        let data = &self.buf[..self.len];
-        match std::str::from_utf8(data) {
-            Ok(s) => Ok(Read::Text(s)),
+        // The Ok arm cannot return the `&str` it was given while the Err
+        // arm mutates `buf` (a known limit of the borrow checker, fixed by
+        // Polonius), so it re-borrows the bytes it has just validated.
+        match std::str::from_utf8(&self.buf[..self.len]) {
+            Ok(_) => {
+                if !self.skipped.is_empty() {
+                    tracing::info!(file = %self.path.display(), "every line is valid UTF-8 again");
+                    self.skipped.clear();
+                }
+                // SAFETY: these bytes were validated just above and have
+                // not changed since; validating them again would double the
+                // cost of the check on every read.
+                Ok(Read::Text(unsafe {
+                    std::str::from_utf8_unchecked(&self.buf[..self.len])
+                }))
+            }
             Err(e) => {
-                let at = e.valid_up_to();
-                let line = 1 + data[..at].iter().filter(|&&b| b == b'\n').count();
-                Err(CollectError::parse(
-                    &self.path,
-                    line,
-                    format!("invalid UTF-8 at byte {at}"),
-                ))
+                self.drop_invalid_lines(e.valid_up_to());
+                // Every line left was valid on its own, and a line ending is
+                // never inside a character, so this succeeds; it is checked
+                // rather than assumed because it is not the common path.
+                match std::str::from_utf8(&self.buf[..self.len]) {
+                    Ok(text) => Ok(Read::Text(text)),
+                    Err(e) => Err(CollectError::other(&self.path, e.to_string())),
+                }
             }
         }
     }
@@ -102,15 +159,27 @@ impl SourceFile {
     /// in a parse error. `Ok(None)`: the file is absent.
     pub fn parse_with<T>(
         &mut self,
-        parse: impl FnOnce(&str) -> Result<T, crate::error::ParseError>,
+        parse: impl FnOnce(&str) -> Result<T, ParseError>,
     ) -> Result<Option<T>, CollectError> {
         let text = match self.read()? {
             Read::Text(t) => t,
             Read::Absent => return Ok(None),
         };
-        parse(text)
-            .map(Some)
-            .map_err(|e| CollectError::from_parse(&self.path, e))
+        parse(text).map(Some).map_err(|e| self.parse_error(e))
+    }
+
+    /// A parser's error on the text of the last read, naming this file and
+    /// the line by its number in the file: the parser counts only the lines
+    /// it was given, and lines before it may have been dropped.
+    pub fn parse_error(&self, e: ParseError) -> CollectError {
+        let mut line = e.line;
+        for &dropped in &self.skipped {
+            if dropped > line {
+                break;
+            }
+            line += 1;
+        }
+        CollectError::parse(&self.path, line, e.msg)
     }
 
     /// Logs at info level, once per transition, when the file appears or
@@ -135,40 +204,152 @@ impl SourceFile {
                     self.len = n;
                     return Ok(());
                 }
+                // Reopening would read the same oversized file again.
+                Err(e) if e.kind() == ErrorKind::FileTooLarge => return Err(e),
                 // The file may have gone away (module unloaded) or been
                 // replaced: drop the descriptor and try a fresh open.
                 Err(_) => self.kept = None,
             }
         }
-        let f = File::open(&self.path)?;
+        let f = open_regular(&self.path)?;
         self.len = read_all_at(&f, &mut self.buf, self.chunk)?;
         if is_kernel_fs(&f) {
             self.kept = Some(f);
         }
         Ok(())
     }
+
+    /// Releases the read buffer, or shrinks it to twice `needed`, when it
+    /// is large and `needed` (0 after a failed read) is under a quarter of
+    /// it: the buffer only grows while reading, so without this a file
+    /// that was once huge would hold its memory for good.
+    fn release_unused_buffer(&mut self, needed: usize) {
+        if self.buf.len() > KEEP_BUFFER_BYTES && needed < self.buf.len() / 4 {
+            // Twice the content leaves the spare room a read wants, so a
+            // file that stays at its new size does not regrow the buffer.
+            self.buf.truncate(2 * needed);
+            self.buf.shrink_to_fit();
+        }
+    }
+
+    /// Compacts the buffer in place, leaving out each line that is not
+    /// valid UTF-8; `valid_up_to` bytes are known to be valid. Records the
+    /// dropped lines and warns when they differ from the last read's.
+    fn drop_invalid_lines(&mut self, valid_up_to: usize) {
+        let data = &self.buf[..self.len];
+        // The lines before the first invalid byte stay where they are.
+        let mut read = memchr::memrchr(b'\n', &data[..valid_up_to]).map_or(0, |i| i + 1);
+        let mut line = 1 + memchr::memchr_iter(b'\n', &data[..read]).count();
+        let mut write = read;
+        let mut skipped = Vec::new();
+        while read < self.len {
+            let end =
+                memchr::memchr(b'\n', &self.buf[read..self.len]).map_or(self.len, |i| read + i + 1);
+            if std::str::from_utf8(&self.buf[read..end]).is_ok() {
+                self.buf.copy_within(read..end, write);
+                write += end - read;
+            } else {
+                skipped.push(line);
+            }
+            read = end;
+            line += 1;
+        }
+        self.len = write;
+        if skipped != self.skipped {
+            tracing::warn!(file = %self.path.display(), "{}", describe_skipped(&skipped));
+            self.skipped = skipped;
+        }
+    }
+}
+
+/// "line 3 is not valid UTF-8; skipped", or for several lines the first
+/// few of them and how many there are in all.
+fn describe_skipped(lines: &[usize]) -> String {
+    const LISTED: usize = 8;
+    match lines {
+        [one] => format!("line {one} is not valid UTF-8; skipped"),
+        _ => {
+            let listed: Vec<String> = lines.iter().take(LISTED).map(usize::to_string).collect();
+            let more = if lines.len() > LISTED {
+                format!(", … ({} in all)", lines.len())
+            } else {
+                String::new()
+            };
+            format!(
+                "lines {}{more} are not valid UTF-8; skipped",
+                listed.join(", ")
+            )
+        }
+    }
+}
+
+/// Opens `path` for reading if it is a regular file; see the module
+/// documentation for why nothing else is opened.
+fn open_regular(path: &Path) -> io::Result<File> {
+    check_regular(std::fs::metadata(path)?.file_type())?;
+    // O_NONBLOCK: if a FIFO is swapped in after the stat, the open returns
+    // at once and the fstat below refuses it. O_NOCTTY: a terminal never
+    // becomes our controlling terminal.
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    check_regular(f.metadata()?.file_type())?;
+    Ok(f)
+}
+
+fn check_regular(t: FileType) -> io::Result<()> {
+    let what = if t.is_file() {
+        return Ok(());
+    } else if t.is_fifo() {
+        "is a FIFO, not a regular file"
+    } else if t.is_char_device() {
+        "is a character device, not a regular file"
+    } else if t.is_block_device() {
+        "is a block device, not a regular file"
+    } else if t.is_socket() {
+        "is a socket, not a regular file"
+    } else if t.is_dir() {
+        "is a directory, not a regular file"
+    } else {
+        "is not a regular file"
+    };
+    Err(io::Error::new(ErrorKind::InvalidInput, what))
 }
 
 /// Reads a whole file from offset 0 into `buf` and returns its length.
 ///
 /// `buf` is kept initialised to its full length across reads, so a read
 /// never zero-fills spare space again (that memset was a quarter of a
-/// scrape's instructions); it only grows, doubling, when a file outgrows it.
-/// No request is larger than `max_request` bytes.
+/// scrape's instructions); it grows, doubling, when a file outgrows it, up
+/// to one byte past [`MAX_FILE_BYTES`] (to tell a file of exactly the cap
+/// from a longer one). No request is larger than `max_request` bytes.
 fn read_all_at(f: &File, buf: &mut Vec<u8>, max_request: usize) -> io::Result<usize> {
     let min_spare = max_request.min(4096);
     let mut filled = 0usize;
     loop {
         if buf.len() - filled < min_spare {
-            let grown = (buf.len() * 2).max(filled + min_spare);
+            let grown = (buf.len() * 2)
+                .max(filled + min_spare)
+                .min(MAX_FILE_BYTES + 1);
             buf.resize(grown, 0);
         }
+        // Not empty: `filled` is at most the cap, the buffer longer.
         let end = buf.len().min(filled.saturating_add(max_request));
         match f.read_at(&mut buf[filled..end], filled as u64) {
             Ok(0) => return Ok(filled),
             Ok(n) => filled += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
+        }
+        if filled > MAX_FILE_BYTES {
+            return Err(io::Error::new(
+                ErrorKind::FileTooLarge,
+                format!(
+                    "is larger than the {} MiB cap on a source file; not read past it",
+                    MAX_FILE_BYTES >> 20
+                ),
+            ));
         }
     }
 }
@@ -219,14 +400,154 @@ mod tests {
         }
     }
 
+    /// A directory for test files, removed when dropped.
+    fn tree(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.path().join(name), content).unwrap();
+        }
+        dir
+    }
+
+    fn text(f: &mut SourceFile) -> String {
+        match f.read() {
+            Ok(Read::Text(t)) => t.to_string(),
+            Ok(Read::Absent) => panic!("absent"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     #[test]
-    fn invalid_utf8_names_line() {
-        let dir = std::env::temp_dir().join(format!("usescope-src-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("bad"), b"ok\nok\n\xff\xfe\n").unwrap();
-        let mut f = SourceFile::new(&dir, "bad");
-        let err = f.read().err().unwrap();
-        assert_eq!(err.line, Some(3));
-        std::fs::remove_dir_all(dir).unwrap();
+    fn kept_fd_is_reread_not_reopened() {
+        use std::os::fd::AsRawFd;
+        let mut f = SourceFile::new(Path::new("/proc"), "self/stat");
+        text(&mut f);
+        let fd = f.kept.as_ref().map(|k| k.as_raw_fd());
+        assert!(fd.is_some(), "a procfs file keeps its fd");
+        assert!(text(&mut f).contains(") "));
+        assert_eq!(f.kept.as_ref().map(|k| k.as_raw_fd()), fd);
+    }
+
+    #[test]
+    fn invalid_utf8_lines_are_dropped_alone() {
+        let dir = tree(&[(
+            "bad",
+            b"a 1\nb \xff 2\nc \xc3\xa9 3\r\n\xfe\nd 4\ne \xe2\x82",
+        )]);
+        let mut f = SourceFile::new(dir.path(), "bad");
+        assert_eq!(text(&mut f), "a 1\nc \u{e9} 3\r\nd 4\n");
+        assert_eq!(f.skipped, [2, 4, 6]);
+        // The parser's line 3 ("d 4") is the file's line 5.
+        let e = f.parse_error(ParseError::new(3, "x"));
+        assert_eq!(e.line, Some(5));
+        assert_eq!(f.parse_error(ParseError::new(1, "x")).line, Some(1));
+        assert_eq!(f.parse_error(ParseError::new(2, "x")).line, Some(3));
+        let e = f.parse_with(|_| Err::<(), _>(ParseError::new(3, "x")));
+        assert_eq!(e.unwrap_err().line, Some(5));
+
+        // Fixed: the whole file again, and line numbers as they are.
+        std::fs::write(dir.path().join("bad"), b"a 1\nb 2\n").unwrap();
+        assert_eq!(text(&mut f), "a 1\nb 2\n");
+        assert!(f.skipped.is_empty());
+        assert_eq!(f.parse_error(ParseError::new(2, "x")).line, Some(2));
+
+        // Nothing valid left: an empty text for the parser to judge.
+        std::fs::write(dir.path().join("bad"), b"\xff\n\xff").unwrap();
+        assert_eq!(text(&mut f), "");
+        assert_eq!(f.skipped, [1, 2]);
+    }
+
+    #[test]
+    fn skipped_lines_are_described() {
+        assert_eq!(describe_skipped(&[7]), "line 7 is not valid UTF-8; skipped");
+        assert_eq!(
+            describe_skipped(&[2, 4]),
+            "lines 2, 4 are not valid UTF-8; skipped"
+        );
+        let many: Vec<usize> = (1..=20).collect();
+        assert_eq!(
+            describe_skipped(&many),
+            "lines 1, 2, 3, 4, 5, 6, 7, 8, … (20 in all) are not valid UTF-8; skipped"
+        );
+    }
+
+    /// `f.read()`'s error text, failing the test instead of hanging if the
+    /// read blocks.
+    fn read_error(root: &Path, name: &str) -> String {
+        let (root, name) = (root.to_path_buf(), name.to_string());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut f = SourceFile::new(&root, &name);
+            let _ = tx.send(f.read().err().map(|e| e.to_string()));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the read did not return within 5 s")
+            .expect("the read did not fail")
+    }
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = tree(&[]);
+        let fifo = dir.path().join("loadavg");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A writer blocks in open() until a reader opens the FIFO: if the
+        // read opened it, the writer would get through.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer_path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(OpenOptions::new().write(true).open(writer_path).is_ok());
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let e = read_error(dir.path(), "loadavg");
+        assert!(e.contains("loadavg: is a FIFO, not a regular file"), "{e}");
+        let opened = rx.recv_timeout(std::time::Duration::from_millis(300));
+        assert!(opened.is_err(), "the FIFO was opened");
+        // Let the writer go.
+        let _reader = File::open(&fifo).unwrap();
+        assert_eq!(rx.recv(), Ok(true));
+
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero")).unwrap();
+        let e = read_error(dir.path(), "zero");
+        assert!(e.contains("zero: is a character device"), "{e}");
+
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let e = read_error(dir.path(), "sub");
+        assert!(e.contains("sub: is a directory"), "{e}");
+    }
+
+    #[test]
+    fn files_over_the_cap_fail_and_free_the_buffer() {
+        let dir = tree(&[]);
+        let path = dir.path().join("big");
+        let file = File::create(&path).unwrap();
+        // Sparse: no disk space, zeros when read.
+        file.set_len(MAX_FILE_BYTES as u64 + 1).unwrap();
+        let mut f = SourceFile::new(dir.path(), "big");
+        let e = f.read().err().unwrap().to_string();
+        assert!(e.contains("larger than the 32 MiB cap"), "{e}");
+        assert_eq!(f.buf.capacity(), 0, "the buffer is released");
+
+        // Exactly at the cap is read, and the buffer kept for the next read.
+        file.set_len(MAX_FILE_BYTES as u64).unwrap();
+        assert_eq!(text(&mut f).len(), MAX_FILE_BYTES);
+        assert!(f.buf.len() > MAX_FILE_BYTES);
+        // Once the file shrinks, so does the buffer.
+        std::fs::write(&path, b"1 2 3\n").unwrap();
+        assert_eq!(text(&mut f), "1 2 3\n");
+        assert!(f.buf.capacity() <= 12, "{}", f.buf.capacity());
+    }
+
+    #[test]
+    fn ordinary_buffers_stay_across_failures() {
+        let dir = tree(&[("f", b"1 2 3\n")]);
+        let mut f = SourceFile::new(dir.path(), "f");
+        text(&mut f);
+        let cap = f.buf.capacity();
+        std::fs::remove_file(dir.path().join("f")).unwrap();
+        std::fs::create_dir(dir.path().join("f")).unwrap();
+        assert!(f.read().is_err());
+        assert_eq!(f.buf.capacity(), cap);
     }
 }

@@ -19,7 +19,7 @@ use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::Settings;
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
 use crate::parse::{fields, lines, u64_field};
 use crate::source::{Read, SourceFile};
@@ -131,7 +131,7 @@ pub fn parse(s: &str) -> Result<Interfaces<'_>, ParseError> {
     if !first.starts_with("Inter-|") {
         return Err(ParseError::new(
             1,
-            format!("expected the \"Inter-|\" header, found {first:?}"),
+            format!("expected the \"Inter-|\" header, found {}", excerpt(first)),
         ));
     }
     let second = lines
@@ -159,7 +159,7 @@ fn check_columns(line: &str) -> Result<(), ParseError> {
         if !fields(names).eq(want.iter().copied()) {
             return Err(ParseError::new(
                 2,
-                format!("unexpected {half} columns {:?}", names.trim()),
+                format!("unexpected {half} columns {}", excerpt(names.trim())),
             ));
         }
     }
@@ -181,24 +181,28 @@ impl<'a> Iterator for Interfaces<'a> {
 
 /// `  eth0: 129599572    3995    0 ...`: the kernel pads the name to six
 /// characters, so a long counter may follow the colon without a space.
-/// Interface names cannot contain ':' (dev_valid_name), so the first colon
-/// ends the name.
+/// The last colon ends the name: counters never contain one, while names
+/// seen in the wild do (`ibr10:30`), dev_valid_name notwithstanding;
+/// prometheus/procfs splits at the last colon for the same reason.
 fn parse_interface(line: &str, lineno: usize) -> Result<Interface<'_>, ParseError> {
     let (name, rest) = line
-        .split_once(':')
+        .rsplit_once(':')
         .ok_or_else(|| ParseError::new(lineno, "missing ':' after the interface name"))?;
     let name = name.trim();
     if name.is_empty() || name.contains(char::is_whitespace) {
         return Err(ParseError::new(
             lineno,
-            format!("invalid interface name {name:?}"),
+            format!("invalid interface name {}", excerpt(name)),
         ));
     }
     let mut values = [0u64; COLUMNS];
     let mut n = 0;
     for (i, tok) in fields(rest).enumerate() {
         let slot = values.get_mut(i).ok_or_else(|| {
-            ParseError::new(lineno, format!("{name}: more than {COLUMNS} counters"))
+            ParseError::new(
+                lineno,
+                format!("{}: more than {COLUMNS} counters", excerpt(name)),
+            )
         })?;
         *slot = u64_field(tok, lineno, DESCS[i].name)?;
         n = i + 1;
@@ -206,7 +210,7 @@ fn parse_interface(line: &str, lineno: usize) -> Result<Interface<'_>, ParseErro
     if n != COLUMNS {
         return Err(ParseError::new(
             lineno,
-            format!("{name}: {n} counters, {COLUMNS} expected"),
+            format!("{}: {n} counters, {COLUMNS} expected", excerpt(name)),
         ));
     }
     Ok(Interface { name, values })
@@ -286,7 +290,7 @@ impl Collector for NetDevCollector {
             Read::Absent => return Ok(()),
         };
         let parsed = fill(&mut self.rows, &mut self.names, text, self.filter.as_ref());
-        parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))?;
+        parsed.map_err(|e| self.file.parse_error(e))?;
         if self.rows.is_empty() {
             return Ok(());
         }
@@ -338,6 +342,32 @@ mod tests {
         assert_eq!(ifs[0].name, "enp0s31f6");
         assert_eq!(ifs[0].values[0], u64::MAX);
         assert_eq!(ifs[0].values[15], 15);
+    }
+
+    #[test]
+    fn colon_in_the_name_splits_at_the_last_colon() {
+        let s = format!(
+            "{HEADER}ibr10:30: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n  eth0:7 0 0 0 0 0 0 0 0 0 0 0 0 0 0 9\n"
+        );
+        let ifs = interfaces(&s).unwrap();
+        assert_eq!(ifs[0].name, "ibr10:30");
+        assert_eq!(ifs[0].values[0], 1);
+        assert_eq!(ifs[0].values[15], 16);
+        assert_eq!((ifs[1].name, ifs[1].values[0]), ("eth0", 7));
+        let s = format!("{HEADER}a:b:1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n");
+        assert_eq!(interfaces(&s).unwrap()[0].name, "a:b");
+    }
+
+    #[test]
+    fn errors_quote_a_short_excerpt_of_the_file() {
+        let huge = "x".repeat(10 << 20);
+        let e = interfaces(&format!("{huge}\n")).unwrap_err();
+        assert!(e.msg.len() < 100, "{}", e.msg);
+        let e = interfaces(&format!("{HEADER}{huge}: 1\n")).unwrap_err();
+        assert!(e.msg.len() < 100, "{}", e.msg);
+        let e = interfaces(&format!("{HEADER}\u{1b}[2J{huge}: 1 2\n")).unwrap_err();
+        assert!(e.msg.starts_with("\"\\u{1b}[2Jxxx"), "{}", e.msg);
+        assert!(e.msg.len() < 100, "{}", e.msg);
     }
 
     #[test]
@@ -415,6 +445,35 @@ mod tests {
         c.collect(&mut Encoder::new(&mut again, Format::PrometheusText))
             .unwrap();
         assert_eq!(String::from_utf8(again).unwrap(), out);
+    }
+
+    /// Renders the collector over a procfs tree whose net/dev is `content`.
+    fn collect_net_dev(content: &[u8]) -> Result<String, CollectError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("net")).unwrap();
+        std::fs::write(dir.path().join("net/dev"), content).unwrap();
+        let mut c = build(&Settings::with_roots(
+            dir.path().to_path_buf(),
+            "/nonexistent",
+        ));
+        crate::collectors::test_support::render(c.as_mut())
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_loses_only_its_line() {
+        let mut file = HEADER.as_bytes().to_vec();
+        file.extend_from_slice(b"  lo: 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n");
+        file.extend_from_slice(b"eth\xff0: 6 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n");
+        file.extend_from_slice(b"  eth1: 7 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n");
+        let out = collect_net_dev(&file).unwrap();
+        assert!(out.contains("node_network_receive_bytes_total{device=\"lo\"} 5\n"));
+        assert!(out.contains("node_network_receive_bytes_total{device=\"eth1\"} 7\n"));
+        assert_eq!(out.matches("node_network_receive_bytes_total{").count(), 2);
+        // An error after the dropped line names the file's line, not the
+        // parser's.
+        file.extend_from_slice(b"  eth2: x\n");
+        let e = collect_net_dev(&file).unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
     }
 
     fn devices_with(filter: DeviceFilter) -> Vec<String> {
