@@ -366,6 +366,46 @@ mod tests {
     }
 
     #[test]
+    fn unknown_users_are_checked_against_the_costliest_hash() {
+        let cheap = bcrypt::hash("pw", 4).unwrap();
+        let dear = bcrypt::hash("pw", 5).unwrap();
+        let c = load_str(&format!(
+            "basic_auth_users:\n  a: '{cheap}'\n  b: '{dear}'\n  c: '{cheap}'\n"
+        ))
+        .unwrap();
+        assert_eq!(c.password_hash("a"), Some((cheap.as_str(), true)));
+        assert_eq!(c.password_hash("nobody"), Some((dear.as_str(), false)));
+        assert_eq!(WebConfig::none().password_hash("a"), None);
+    }
+
+    fn reload_str(yaml: &str, running: &WebConfig) -> Result<WebConfig, String> {
+        let dir = std::env::temp_dir().join(format!("usescope-wcr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("web.yml");
+        std::fs::write(&p, yaml).unwrap();
+        let r = WebConfig::reload(&p, running);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    #[test]
+    fn reload_refuses_empty_files_and_turning_auth_off() {
+        let h = bcrypt::hash("pw", 4).unwrap();
+        let users = format!("basic_auth_users:\n  a: '{h}'\n");
+        let with_users = load_str(&users).unwrap();
+        for empty in ["", "  \n", "# all commented out\n", "{}\n"] {
+            let e = reload_str(empty, &WebConfig::none()).err().unwrap();
+            assert!(e.contains("empty"), "{empty:?}: {e}");
+        }
+        let headers_only = "http_server_config:\n  headers:\n    X-A: b\n";
+        let e = reload_str(headers_only, &with_users).err().unwrap();
+        assert!(e.contains("turn basic auth off"), "{e}");
+        assert!(reload_str(headers_only, &WebConfig::none()).is_ok());
+        let other = format!("basic_auth_users:\n  b: '{h}'\n");
+        assert!(reload_str(&other, &with_users).is_ok());
+    }
+
+    #[test]
     fn unknown_field_and_bad_yaml() {
         assert!(
             load_str("tls_server_config:\n  certfile: x\n")

@@ -111,3 +111,46 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
         this.watch(cx, r)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    async fn write(w: &mut WriteDeadline<tokio::net::UnixStream>, buf: &[u8]) -> io::Result<usize> {
+        std::future::poll_fn(|cx| Pin::new(&mut *w).poll_write(cx, buf)).await
+    }
+
+    #[tokio::test]
+    async fn slow_progress_is_fine_and_a_stall_times_out() {
+        let (ours, theirs) = tokio::net::UnixStream::pair().unwrap();
+        let mut w = WriteDeadline::new(ours, Duration::from_millis(200));
+        let theirs = theirs.into_std().unwrap();
+        theirs.set_nonblocking(false).unwrap();
+        // A reader that takes 64 KiB every 50 ms for a second, then stops
+        // reading but keeps its end open.
+        let reader = std::thread::spawn(move || {
+            let mut theirs = theirs;
+            let mut buf = vec![0u8; 64 * 1024];
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(50));
+                let _ = theirs.read(&mut buf);
+            }
+            theirs
+        });
+        let chunk = vec![0u8; 16 * 1024];
+        let start = std::time::Instant::now();
+        let err = loop {
+            if let Err(e) = write(&mut w, &chunk).await {
+                break e;
+            }
+        };
+        let took = start.elapsed();
+        let _theirs = reader.join().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(
+            took > Duration::from_millis(1000),
+            "timed out after {took:?}, while the reader was still reading"
+        );
+    }
+}
