@@ -24,6 +24,9 @@ pub struct Config {
     pub telemetry_path: String,
     /// 0 means unlimited.
     pub max_requests: usize,
+    /// `--web.max-connections` and `--web.max-connections-per-peer`.
+    pub max_connections: usize,
+    pub max_connections_per_peer: usize,
     /// `--web.scrape-timeout`: the longest a request waits for its scrape.
     pub scrape_timeout: std::time::Duration,
     pub settings: Settings,
@@ -71,6 +74,20 @@ pub fn command() -> Command {
                 .default_value("40")
                 .value_parser(value_parser!(usize))
                 .help("Maximum number of parallel scrape requests; beyond it a scrape gets 503. 0 disables the limit"),
+        )
+        .arg(
+            Arg::new("web.max-connections")
+                .long("web.max-connections")
+                .default_value("1024")
+                .value_parser(value_parser!(u64).range(1..))
+                .help("Most open connections in all; beyond it new ones are closed at once. Lowered at start to fit the open-file limit"),
+        )
+        .arg(
+            Arg::new("web.max-connections-per-peer")
+                .long("web.max-connections-per-peer")
+                .default_value("64")
+                .value_parser(value_parser!(u64).range(1..))
+                .help("Most open connections from one IPv4 address or IPv6 /64, so that one client cannot take every connection"),
         )
         .arg(
             Arg::new("web.scrape-timeout")
@@ -217,6 +234,13 @@ where
             .get_one::<usize>("web.max-requests")
             .copied()
             .unwrap_or(40),
+        max_connections: m
+            .get_one::<usize>("web.max-connections")
+            .copied()
+            .unwrap_or(1024),
+        max_connections_per_peer: m
+            .get_one::<u64>("web.max-connections-per-peer")
+            .map_or(64, |&n| n as usize),
         scrape_timeout: m
             .get_one::<std::time::Duration>("web.scrape-timeout")
             .copied()

@@ -25,10 +25,31 @@ pub enum Format {
 impl Format {
     /// Picks the format from an HTTP `Accept` header, as Prometheus' own
     /// content negotiation does: OpenMetrics only when explicitly asked for.
+    /// OpenMetrics when `Accept` gives it a weight above zero and at least
+    /// that of `text/plain` (Prometheus lists both, OpenMetrics first);
+    /// otherwise text 0.0.4. Parsed in place: this runs on every scrape.
     pub fn from_accept(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::PrometheusText,
+        let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
+        for range in accept.unwrap_or("").split(',') {
+            let mut params = range.split(';');
+            let media = params.next().unwrap_or("").trim();
+            // RFC 9110: a missing weight is 1; an unreadable one counts as 0.
+            let q = params
+                .find_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    k.trim().eq_ignore_ascii_case("q").then(|| v.trim())
+                })
+                .map_or(1.0, |v| v.parse::<f32>().unwrap_or(0.0).clamp(0.0, 1.0));
+            if media.eq_ignore_ascii_case("application/openmetrics-text") {
+                openmetrics = openmetrics.max(q);
+            } else if media.eq_ignore_ascii_case("text/plain") {
+                text = text.max(q);
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= text {
+            Format::OpenMetrics
+        } else {
+            Format::PrometheusText
         }
     }
 

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::Extension;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -34,6 +35,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use crate::collector::Scraper;
 use crate::exposition::Format;
+use crate::server::Authenticated;
 
 pub struct AppState {
     pub scraper: Arc<Scraper>,
@@ -288,7 +290,13 @@ fn deadline_exceeded(st: &AppState, waiting: &str) -> Response {
         .into_response()
 }
 
-async fn landing(State(st): State<Arc<AppState>>) -> Html<String> {
+/// The landing page. A collector's error text names files and their
+/// contents, so it is shown only to requests that passed basic auth; an open
+/// page says where to look instead.
+async fn landing(
+    State(st): State<Arc<AppState>>,
+    authenticated: Option<Extension<Authenticated>>,
+) -> Html<String> {
     let statuses = st.scraper.statuses();
     let mut rows = String::new();
     for s in statuses {
@@ -297,7 +305,11 @@ async fn landing(State(st): State<Arc<AppState>>) -> Html<String> {
             Some(true) => ("ok", "ok"),
             Some(false) => ("failed", "failed"),
         };
-        let err = s.last_error.map(|e| html_escape(&e)).unwrap_or_default();
+        let err = match (s.last_error, &authenticated) {
+            (Some(e), Some(_)) => html_escape(&e),
+            (Some(_), None) => "failed — see the log".to_string(),
+            (None, _) => String::new(),
+        };
         rows.push_str(&format!(
             "<tr class=\"{class}\"><td>{}</td><td>enabled</td><td>{state}</td><td>{:.6}</td><td>{err}</td></tr>\n",
             s.name, s.last_duration_seconds

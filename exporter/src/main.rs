@@ -189,7 +189,11 @@ async fn run(config: Config, started: Started, held: HeldSignals) -> Result<(), 
         &config.telemetry_path,
         config.scrape_timeout,
     );
-    let limits = Limits::default();
+    let limits = Limits {
+        max_connections: config.max_connections,
+        max_connections_per_peer: config.max_connections_per_peer,
+        ..Limits::default()
+    };
     let web = WebState::new(started.web_config, &limits);
     tokio::spawn(reload_on_sighup(
         signals.hup,
@@ -260,23 +264,23 @@ impl Signals {
     }
 }
 
-/// SIGHUP re-reads `--web.config.file`. A bad file keeps the previous
-/// configuration and logs why; the listener is never closed. Without a
-/// config file SIGHUP is logged and otherwise ignored.
+/// SIGHUP re-reads `--web.config.file`. A file that is bad, empty, or would
+/// turn TLS, client certificates or basic auth off is refused with one
+/// error line and the running configuration stays (`WebConfig::reload`);
+/// the listener is never closed. Without a config file SIGHUP is logged and
+/// otherwise ignored.
 async fn reload_on_sighup(mut hup: Signal, path: Option<PathBuf>, web: Arc<WebState>) {
     while hup.recv().await.is_some() {
         let Some(path) = &path else {
             tracing::info!("received SIGHUP; no --web.config.file to reload");
             continue;
         };
-        match WebConfig::load(path) {
-            Ok(c) => {
-                web.replace(c);
-                tracing::info!(file = %path.display(), "web config reloaded");
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "web config reload failed; keeping the previous configuration")
-            }
+        match web.reload(path) {
+            Ok(()) => tracing::info!(file = %path.display(), "web config reloaded"),
+            Err(e) => tracing::error!(
+                error = %e,
+                "web config reload refused; keeping the running configuration"
+            ),
         }
     }
 }

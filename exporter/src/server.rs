@@ -1,43 +1,76 @@
 //! The connection layer under the axum router: our own accept loop, so that
-//! every limit an exporter on ten thousand hosts needs is explicit.
+//! every limit an exporter on ten thousand hosts needs is explicit. The
+//! defaults are in [`Limits::default`]; docs/security-http.md is the
+//! operator's view.
 //!
-//! - **Slow clients** (slowloris): a connection must deliver its request
-//!   headers within `header_read_timeout`, and a TLS client must finish its
-//!   handshake within the same bound, or it is closed. Half-open connections
-//!   never reach the scrape semaphore, so they cannot pin a scrape slot.
+//! - **Connections**: at most `max_connections` in all (lowered at start to
+//!   what `RLIMIT_NOFILE` leaves room for, so connections can never take
+//!   the descriptors scrapes need) and `max_connections_per_peer` per peer
+//!   (IPv4 address or IPv6 /64), so one client cannot take every slot.
+//!   Beyond either, a new connection is closed at once. Both apply at
+//!   accept, before TLS and auth.
+//! - **Silence**: a TLS handshake must finish within `header_read_timeout`.
+//!   hyper's header-read timer starts whenever it begins reading a request
+//!   head: right after accept (or the handshake) and again after every
+//!   response, so it bounds a connection that never sends anything, a
+//!   slowloris, and an idle keep-alive connection alike.
+//! - **Stalled readers**: a write that makes no progress for
+//!   `write_timeout` fails and closes the connection ([`write_deadline`]).
+//! - **Requests**: authentication and the handler together must finish
+//!   within `request_timeout`.
 //! - **Sizes**: request headers are capped at `max_header_bytes` (hyper
 //!   answers 431 beyond it); request bodies are never read.
-//! - **Connections**: at most `max_connections` are open; beyond it new ones
-//!   are closed at once instead of queueing without bound.
-//! - **Requests**: each one must finish within `request_timeout`.
+//! - **Passwords**: bcrypt checks are bounded and cancellable ([`auth`]).
 //! - **TLS, basic auth, headers** come from [`crate::web_config`], held in
 //!   [`WebState`] so SIGHUP can swap them without closing the listener.
 
-use std::collections::HashSet;
+mod auth;
+mod peers;
+mod write_deadline;
+
 use std::future::Future;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::rustls;
 
+use self::auth::{Auth, Verdict};
+use self::peers::{PeerCounts, PeerSlot};
+use self::write_deadline::WriteDeadline;
 use crate::web_config::WebConfig;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
+    /// TLS handshake; then each request head, counted from when hyper
+    /// starts waiting for it (so also the idle time between keep-alive
+    /// requests).
     pub header_read_timeout: Duration,
+    /// Authentication plus the handler.
     pub request_timeout: Duration,
+    /// A write that makes no progress for this long closes the connection.
+    pub write_timeout: Duration,
     pub max_header_bytes: usize,
+    /// In all; lowered to fit `RLIMIT_NOFILE` ([`connection_cap`]).
     pub max_connections: usize,
+    /// Per IPv4 address or IPv6 /64.
+    pub max_connections_per_peer: usize,
+    /// bcrypt checks running at once (see [`auth`]).
+    pub concurrent_password_checks: usize,
+    /// Logins waiting for or running a bcrypt check, in all and per peer.
+    pub max_pending_logins: usize,
+    pub max_pending_logins_per_peer: usize,
 }
 
 impl Default for Limits {
@@ -45,47 +78,65 @@ impl Default for Limits {
         Limits {
             header_read_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(10),
             max_header_bytes: 16 * 1024,
             max_connections: 1024,
+            // Prometheus holds one connection per target, an HA pair two,
+            // a few more behind one NAT address; 64 leaves room for that
+            // and still takes 16 addresses to fill `max_connections`.
+            max_connections_per_peer: 64,
+            concurrent_password_checks: 1,
+            // 16 checks at cost 10 are about a second of waiting for the
+            // last in line.
+            max_pending_logins: 16,
+            max_pending_logins_per_peer: 4,
         }
     }
 }
 
-/// The live web configuration plus the cache of verified credentials.
-pub struct WebState {
-    config: RwLock<Arc<WebConfig>>,
-    /// `Authorization` header values that passed bcrypt, so a scrape every
-    /// 15 s does not pay ~50 ms of bcrypt each time. Cleared on reload.
-    verified: Mutex<HashSet<String>>,
-    request_timeout: Duration,
+/// Marks a request that passed basic auth, for handlers that show more to
+/// authenticated clients (the landing page's collector errors).
+#[derive(Clone, Copy)]
+pub struct Authenticated;
+
+tokio::task_local! {
+    /// The peer of the connection a request arrived on. The connection task
+    /// runs in this scope and hyper polls the request futures inside it, so
+    /// the auth guard can count logins per peer without attaching the
+    /// address to every request.
+    static PEER: SocketAddr;
 }
 
-const VERIFIED_CACHE_MAX: usize = 256;
+/// The live web configuration and the authentication state.
+pub struct WebState {
+    config: RwLock<Arc<WebConfig>>,
+    auth: Auth,
+    request_timeout: Duration,
+}
 
 impl WebState {
     pub fn new(config: WebConfig, limits: &Limits) -> Arc<WebState> {
         Arc::new(WebState {
             config: RwLock::new(Arc::new(config)),
-            verified: Mutex::new(HashSet::new()),
+            auth: Auth::new(limits),
             request_timeout: limits.request_timeout,
         })
     }
 
     pub fn current(&self) -> Arc<WebConfig> {
-        match self.config.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
-    pub fn replace(&self, config: WebConfig) {
-        match self.config.write() {
-            Ok(mut g) => *g = Arc::new(config),
-            Err(p) => *p.into_inner() = Arc::new(config),
-        }
-        if let Ok(mut v) = self.verified.lock() {
-            v.clear();
-        }
+    /// Re-reads `path` ([`WebConfig::reload`] says what is refused) and
+    /// swaps it in; on error the running configuration stays.
+    pub fn reload(&self, path: &Path) -> Result<(), String> {
+        let new = WebConfig::reload(path, &self.current())?;
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(new);
+        self.auth.forget();
+        Ok(())
     }
 }
 
@@ -97,24 +148,64 @@ pub fn guard(app: Router, web: Arc<WebState>) -> Router {
 
 async fn guard_request(State(web): State<Arc<WebState>>, req: Request, next: Next) -> Response {
     let cfg = web.current();
-    let credentials = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    if !cfg.users.is_empty() && !authorized(&web, &cfg, credentials).await {
-        let mut r = (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"usescope\""),
-        );
-        return with_headers(r, &cfg);
-    }
-    let resp = match tokio::time::timeout(web.request_timeout, next.run(req)).await {
+    let resp = match tokio::time::timeout(
+        web.request_timeout,
+        authorize_and_run(&web, &cfg, req, next),
+    )
+    .await
+    {
         Ok(r) => r,
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "request timed out\n").into_response(),
     };
     with_headers(resp, &cfg)
+}
+
+async fn authorize_and_run(
+    web: &WebState,
+    cfg: &WebConfig,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if cfg.users.is_empty() {
+        return next.run(req).await;
+    }
+    // Outside a connection's scope only in tests of the router itself.
+    let peer = PEER
+        .try_with(|p| *p)
+        .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+    match web
+        .auth
+        .check(cfg, req.headers().get(header::AUTHORIZATION), peer)
+        .await
+    {
+        Verdict::Allowed => {
+            req.extensions_mut().insert(Authenticated);
+            next.run(req).await
+        }
+        Verdict::Denied => {
+            let mut r = (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"usescope\""),
+            );
+            r
+        }
+        Verdict::PeerBusy => retry_later(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many logins in progress from your address\n",
+        ),
+        Verdict::Busy => retry_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Too many logins in progress\n",
+        ),
+    }
+}
+
+fn retry_later(status: StatusCode, body: &'static str) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 fn with_headers(mut resp: Response, cfg: &WebConfig) -> Response {
@@ -124,46 +215,66 @@ fn with_headers(mut resp: Response, cfg: &WebConfig) -> Response {
     resp
 }
 
-async fn authorized(web: &Arc<WebState>, cfg: &WebConfig, credentials: Option<String>) -> bool {
-    let Some(value) = credentials else {
-        return false;
-    };
-    if web.verified.lock().is_ok_and(|v| v.contains(&value)) {
-        return true;
-    }
-    let Some((user, password)) = decode_basic(&value) else {
-        return false;
-    };
-    // An unknown user still costs one bcrypt run, so response time does
-    // not reveal which user names exist.
-    const DUMMY: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
-    let hash = cfg.users.get(&user).cloned();
-    let known = hash.is_some();
-    let hash = hash.unwrap_or_else(|| DUMMY.to_string());
-    let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
-        .await
-        .unwrap_or(false)
-        && known;
-    if ok {
-        if let Ok(mut v) = web.verified.lock() {
-            if v.len() >= VERIFIED_CACHE_MAX {
-                v.clear();
-            }
-            v.insert(value);
-        }
-    } else {
-        tracing::debug!(user = %user, "basic authentication failed");
-    }
-    ok
+/// Lets one event through per second and counts the rest, so that a flood
+/// (of failed logins, refused connections, accept errors) cannot flood the
+/// log.
+#[derive(Default)]
+struct Throttle {
+    state: Mutex<(Option<Instant>, u64)>,
 }
 
-fn decode_basic(value: &str) -> Option<(String, String)> {
-    let b64 = value.strip_prefix("Basic ")?.trim();
-    let raw = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-    let s = String::from_utf8(raw).ok()?;
-    let (u, p) = s.split_once(':')?;
-    Some((u.to_string(), p.to_string()))
+impl Throttle {
+    /// Some(how many were held back since the last one let through) when
+    /// this event may be logged.
+    fn admit(&self) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, suppressed) = &mut *state;
+        let now = Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+            *suppressed += 1;
+            return None;
+        }
+        *last = Some(now);
+        Some(std::mem::take(suppressed))
+    }
 }
+
+/// Descriptors kept free for everything but connections: collectors read
+/// files (on a non-procfs tree they reopen them every scrape), accept needs
+/// one for a connection it is about to refuse, and logging needs its own.
+const FD_RESERVE: usize = 32;
+
+/// `configured`, or less if the soft `RLIMIT_NOFILE` leaves no room for it
+/// next to the descriptors open now and [`FD_RESERVE`]: connections must
+/// never take the descriptors a scrape needs, and accept must never fail
+/// with EMFILE because of our own connections.
+fn connection_cap(configured: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return configured;
+    }
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let room = usize::try_from(lim.rlim_cur)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(open + FD_RESERVE)
+        .max(1);
+    if room < configured {
+        tracing::warn!(
+            max_connections = room,
+            open_files_limit = lim.rlim_cur,
+            "connection limit lowered to fit the open files limit"
+        );
+    }
+    configured.min(room)
+}
+
+type Builder = hyper::server::conn::http1::Builder;
 
 /// Accepts connections until `shutdown` resolves, then waits up to
 /// `drain` for in-flight requests before returning.
@@ -176,8 +287,10 @@ pub async fn serve(
     drain: Duration,
 ) {
     let graceful = GracefulShutdown::new();
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
-    let mut builder = hyper::server::conn::http1::Builder::new();
+    let connections = Arc::new(Semaphore::new(connection_cap(limits.max_connections)));
+    let by_peer = Arc::new(PeerCounts::default());
+    let refusals = Throttle::default();
+    let mut builder = Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
@@ -191,43 +304,34 @@ pub async fn serve(
                 Ok(a) => a,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    if let Some(suppressed) = refusals.admit() {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = &mut shutdown => break,
         };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "connection limit reached, closing");
+        // Per peer first, so a peer over its limit never takes a slot of
+        // the total. Dropping `stream` closes it.
+        let Some(slot) = by_peer.try_acquire(peer.ip(), limits.max_connections_per_peer) else {
+            log_refusal(&refusals, peer, "per-peer connection limit reached");
             continue;
         };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let builder = builder.clone();
-        let tls = web.current().tls.clone();
-        let handshake_timeout = limits.header_read_timeout;
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match tls {
-                None => {
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
-                    let _ = watcher.watch(conn).await;
-                }
-                Some(tls) => {
-                    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => {
-                            let conn = builder.serve_connection(TokioIo::new(s), service);
-                            let _ = watcher.watch(conn).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
-            }
-        });
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            log_refusal(&refusals, peer, "connection limit reached");
+            continue;
+        };
+        let conn = Connection {
+            held: (slot, permit),
+            tls: web.current().tls.clone(),
+            service: TowerToHyperService::new(app.clone()),
+            builder: builder.clone(),
+            limits,
+            watcher: graceful.watcher(),
+        };
+        tokio::spawn(PEER.scope(peer, conn.serve(stream, peer)));
     }
     drop(listener);
     if tokio::time::timeout(drain, graceful.shutdown())
@@ -238,21 +342,57 @@ pub async fn serve(
     }
 }
 
+fn log_refusal(refusals: &Throttle, peer: SocketAddr, reason: &str) {
+    if let Some(suppressed) = refusals.admit() {
+        tracing::warn!(%peer, reason, suppressed, "connection refused");
+    }
+}
+
+/// One accepted connection and what it holds until it closes.
+struct Connection {
+    held: (PeerSlot, OwnedSemaphorePermit),
+    tls: Option<Arc<rustls::ServerConfig>>,
+    service: TowerToHyperService<Router>,
+    builder: Arc<Builder>,
+    limits: Limits,
+    watcher: Watcher,
+}
+
+impl Connection {
+    async fn serve(self, stream: TcpStream, peer: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        let _held = self.held;
+        let io = WriteDeadline::new(stream, self.limits.write_timeout);
+        let Some(tls) = self.tls else {
+            let conn = self
+                .builder
+                .serve_connection(TokioIo::new(io), self.service);
+            let _ = self.watcher.watch(conn).await;
+            return;
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        match tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(io)).await {
+            Ok(Ok(s)) => {
+                let conn = self.builder.serve_connection(TokioIo::new(s), self.service);
+                let _ = self.watcher.watch(conn).await;
+            }
+            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn decodes_basic() {
-        let v = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode("alice:pa:ss")
-        );
-        assert_eq!(
-            decode_basic(&v),
-            Some(("alice".to_string(), "pa:ss".to_string()))
-        );
-        assert_eq!(decode_basic("Bearer x"), None);
-        assert_eq!(decode_basic("Basic !!!"), None);
+    fn throttle_admits_one_per_second_and_counts_the_rest() {
+        let t = Throttle::default();
+        assert_eq!(t.admit(), Some(0));
+        assert_eq!(t.admit(), None);
+        assert_eq!(t.admit(), None);
+        t.state.lock().unwrap().0 = Some(Instant::now() - Duration::from_secs(2));
+        assert_eq!(t.admit(), Some(2));
     }
 }

@@ -61,9 +61,16 @@ struct RawHttp {
 /// A loaded, validated web configuration.
 pub struct WebConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// TLS requires a verified client certificate (RequireAndVerifyClientCert).
+    pub client_certs_required: bool,
     /// user → bcrypt hash
     pub users: BTreeMap<String, String>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The configured hash with the highest cost: an unknown user's
+    /// password is checked against it (and refused whatever the result), so
+    /// that answer takes as long as a known user's and response times do not
+    /// reveal which users exist. Empty when there are no users.
+    decoy_hash: String,
 }
 
 impl WebConfig {
@@ -71,63 +78,139 @@ impl WebConfig {
     pub fn none() -> WebConfig {
         WebConfig {
             tls: None,
+            client_certs_required: false,
             users: BTreeMap::new(),
             headers: Vec::new(),
+            decoy_hash: String::new(),
         }
     }
 
+    /// At start-up. An empty file means plain HTTP, as in exporter-toolkit.
     pub fn load(path: &Path) -> Result<WebConfig, String> {
-        let at = |msg: String| format!("web config {}: {msg}", path.display());
-        let text = std::fs::read_to_string(path).map_err(|e| at(format!("cannot read: {e}")))?;
-        let raw: RawConfig = if text.trim().is_empty() {
-            RawConfig::default()
-        } else {
-            serde_yaml::from_str(&text).map_err(|e| at(format!("invalid YAML: {e}")))?
-        };
-        let base = path.parent().unwrap_or(Path::new("."));
-        let tls = match raw.tls_server_config {
-            Some(t) => Some(Arc::new(build_tls(t, base).map_err(at)?)),
-            None => None,
-        };
-        for (user, hash) in &raw.basic_auth_users {
-            if !is_bcrypt(hash) {
-                return Err(at(format!(
-                    "basic_auth_users: the password of user {user:?} is not a bcrypt hash ($2a$, $2b$ or $2y$)"
-                )));
-            }
+        let raw = read(path)?;
+        build(raw, path).map_err(|e| at(path, e))
+    }
+
+    /// On SIGHUP, with `running` the configuration in use. Refuses a file
+    /// that is empty or would turn TLS, client certificates or basic auth
+    /// off: an editor's truncated save or a half-finished deployment must
+    /// not silently expose the endpoint. Such a change needs a restart.
+    pub fn reload(path: &Path, running: &WebConfig) -> Result<WebConfig, String> {
+        let raw = read(path)?;
+        if raw.is_empty() {
+            return Err(at(
+                path,
+                "the file is empty, which would turn TLS and basic auth off; restart usescope to do that".into(),
+            ));
         }
-        let mut headers = Vec::new();
-        if let Some(h) = raw.http_server_config {
-            if h.http2 == Some(true) {
-                return Err(at(
-                    "http_server_config.http2: usescope serves HTTP/1.1 only".into(),
-                ));
-            }
-            for (k, v) in h.headers {
-                let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
-                    at(format!(
-                        "http_server_config.headers: invalid header name {k:?}"
-                    ))
-                })?;
-                let value = HeaderValue::from_str(&v).map_err(|_| {
-                    at(format!(
-                        "http_server_config.headers: invalid value for {k:?}"
-                    ))
-                })?;
-                headers.push((name, value));
-            }
+        let new = build(raw, path).map_err(|e| at(path, e))?;
+        match new.weakens(running) {
+            Some(what) => Err(at(
+                path,
+                format!("the new file would {what}; restart usescope to do that"),
+            )),
+            None => Ok(new),
         }
-        Ok(WebConfig {
-            tls,
-            users: raw.basic_auth_users,
-            headers,
+    }
+
+    /// The hash to check `user`'s password against and whether the user
+    /// exists; None when basic auth is off.
+    pub fn password_hash(&self, user: &str) -> Option<(&str, bool)> {
+        if self.users.is_empty() {
+            return None;
+        }
+        Some(match self.users.get(user) {
+            Some(h) => (h.as_str(), true),
+            None => (self.decoy_hash.as_str(), false),
         })
+    }
+
+    /// What `self` turns off that `running` has on, if anything.
+    fn weakens(&self, running: &WebConfig) -> Option<&'static str> {
+        if running.tls.is_some() && self.tls.is_none() {
+            Some("turn TLS off")
+        } else if running.client_certs_required && !self.client_certs_required {
+            Some("stop requiring client certificates")
+        } else if !running.users.is_empty() && self.users.is_empty() {
+            Some("turn basic auth off")
+        } else {
+            None
+        }
     }
 }
 
-fn is_bcrypt(hash: &str) -> bool {
+fn at(path: &Path, msg: String) -> String {
+    format!("web config {}: {msg}", path.display())
+}
+
+fn read(path: &Path) -> Result<RawConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| at(path, format!("cannot read: {e}")))?;
+    if text.trim().is_empty() {
+        return Ok(RawConfig::default());
+    }
+    serde_yaml::from_str(&text).map_err(|e| at(path, format!("invalid YAML: {e}")))
+}
+
+impl RawConfig {
+    /// No section at all: whitespace, comments, `{}`.
+    fn is_empty(&self) -> bool {
+        self.tls_server_config.is_none()
+            && self.http_server_config.is_none()
+            && self.basic_auth_users.is_empty()
+    }
+}
+
+fn build(raw: RawConfig, path: &Path) -> Result<WebConfig, String> {
+    let base = path.parent().unwrap_or(Path::new("."));
+    let client_certs_required = raw
+        .tls_server_config
+        .as_ref()
+        .is_some_and(|t| t.client_auth_type.as_deref() == Some("RequireAndVerifyClientCert"));
+    let tls = match raw.tls_server_config {
+        Some(t) => Some(Arc::new(build_tls(t, base)?)),
+        None => None,
+    };
+    let mut decoy: Option<(u32, &String)> = None;
+    for (user, hash) in &raw.basic_auth_users {
+        let cost = bcrypt_cost(hash).ok_or_else(|| {
+            format!(
+                "basic_auth_users: the password of user {user:?} is not a bcrypt hash ($2a$, $2b$ or $2y$)"
+            )
+        })?;
+        if decoy.is_none_or(|(c, _)| cost > c) {
+            decoy = Some((cost, hash));
+        }
+    }
+    let decoy_hash = decoy.map(|(_, h)| h.clone()).unwrap_or_default();
+    let mut headers = Vec::new();
+    if let Some(h) = raw.http_server_config {
+        if h.http2 == Some(true) {
+            return Err("http_server_config.http2: usescope serves HTTP/1.1 only".into());
+        }
+        for (k, v) in h.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("http_server_config.headers: invalid header name {k:?}"))?;
+            let value = HeaderValue::from_str(&v)
+                .map_err(|_| format!("http_server_config.headers: invalid value for {k:?}"))?;
+            headers.push((name, value));
+        }
+    }
+    Ok(WebConfig {
+        tls,
+        client_certs_required,
+        users: raw.basic_auth_users,
+        headers,
+        decoy_hash,
+    })
+}
+
+/// The cost of a well-formed bcrypt hash, None for anything else.
+fn bcrypt_cost(hash: &str) -> Option<u32> {
     let ok_prefix = ["$2a$", "$2b$", "$2y$"].iter().any(|p| hash.starts_with(p));
-    ok_prefix && hash.len() == 60 && hash.parse::<bcrypt::HashParts>().is_ok()
+    if !ok_prefix || hash.len() != 60 {
+        return None;
+    }
+    hash.parse::<bcrypt::HashParts>().ok().map(|p| p.get_cost())
 }
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
@@ -280,6 +363,46 @@ mod tests {
         let h = bcrypt::hash("pw", 4).unwrap();
         let c = load_str(&format!("basic_auth_users:\n  alice: '{h}'\n")).unwrap();
         assert_eq!(c.users.len(), 1);
+    }
+
+    #[test]
+    fn unknown_users_are_checked_against_the_costliest_hash() {
+        let cheap = bcrypt::hash("pw", 4).unwrap();
+        let dear = bcrypt::hash("pw", 5).unwrap();
+        let c = load_str(&format!(
+            "basic_auth_users:\n  a: '{cheap}'\n  b: '{dear}'\n  c: '{cheap}'\n"
+        ))
+        .unwrap();
+        assert_eq!(c.password_hash("a"), Some((cheap.as_str(), true)));
+        assert_eq!(c.password_hash("nobody"), Some((dear.as_str(), false)));
+        assert_eq!(WebConfig::none().password_hash("a"), None);
+    }
+
+    fn reload_str(yaml: &str, running: &WebConfig) -> Result<WebConfig, String> {
+        let dir = std::env::temp_dir().join(format!("usescope-wcr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("web.yml");
+        std::fs::write(&p, yaml).unwrap();
+        let r = WebConfig::reload(&p, running);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    #[test]
+    fn reload_refuses_empty_files_and_turning_auth_off() {
+        let h = bcrypt::hash("pw", 4).unwrap();
+        let users = format!("basic_auth_users:\n  a: '{h}'\n");
+        let with_users = load_str(&users).unwrap();
+        for empty in ["", "  \n", "# all commented out\n", "{}\n"] {
+            let e = reload_str(empty, &WebConfig::none()).err().unwrap();
+            assert!(e.contains("empty"), "{empty:?}: {e}");
+        }
+        let headers_only = "http_server_config:\n  headers:\n    X-A: b\n";
+        let e = reload_str(headers_only, &with_users).err().unwrap();
+        assert!(e.contains("turn basic auth off"), "{e}");
+        assert!(reload_str(headers_only, &WebConfig::none()).is_ok());
+        let other = format!("basic_auth_users:\n  b: '{h}'\n");
+        assert!(reload_str(&other, &with_users).is_ok());
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! The hardened HTTP surface against real clients: TLS and mutual TLS
 //! (certificates made by openssl, requests made by curl), basic auth with
 //! bcrypt, configured headers, bad config files, SIGHUP reload without
-//! dropping the listener, oversized headers and slowloris connections.
+//! dropping the listener (and refusing one that would weaken it), stalled
+//! TLS handshakes, failed-login logging, what the landing page shows,
+//! and oversized headers. Floods, slowloris and resource exhaustion are in
+//! web_attacks.rs.
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -226,7 +229,7 @@ fn basic_auth_and_reload_on_sighup() {
     c.write_config("basic_auth_users:\n  prometheus: plaintext\n");
     unsafe { kill(d.child.id() as i32, 1) };
     assert!(
-        d.wait_for_log("reload failed", Duration::from_secs(5))
+        d.wait_for_log("reload refused", Duration::from_secs(5))
             .is_some()
     );
     assert_eq!(curl(&["-u", "prometheus:second-secret", &url]), "200");
@@ -305,29 +308,280 @@ fn oversized_headers_get_431() {
     assert_eq!(d.get("/metrics").status, 200);
 }
 
+fn sighup(d: &Daemon) {
+    // SAFETY: signalling our own child by its pid.
+    unsafe { kill(d.child.id() as i32, 1) };
+}
+
+/// Waits until `n` log lines contain `needle`.
+fn wait_for_lines(d: &Daemon, needle: &str, n: usize) -> bool {
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if d.log().iter().filter(|l| l.contains(needle)).count() >= n {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 #[test]
-fn slowloris_does_not_block_a_scrape() {
+fn reload_that_would_weaken_tls_or_auth_is_refused() {
+    let c = Certs::new("downgrade");
+    let h1 = bcrypt::hash("first-secret", 4).unwrap();
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    let users = format!("basic_auth_users:\n  prometheus: '{h1}'\n");
+    let cfg = c.write_config(&format!("{tls}{users}"));
+    let d = start_with(&cfg);
+    let https = format!("https://127.0.0.1:{}/metrics", d.addr.port());
+    let http = format!("http://127.0.0.1:{}/metrics", d.addr.port());
+    let ca = c.path("ca.crt");
+    let still_protected = |case: &str| {
+        assert_eq!(
+            curl(&["--cacert", &ca, "-u", "prometheus:first-secret", &https]),
+            "200",
+            "{case}"
+        );
+        assert_eq!(
+            curl(&["--cacert", &ca, &https]),
+            "401",
+            "{case}: auth is off"
+        );
+        assert_ne!(
+            curl(&["-u", "prometheus:first-secret", &http]),
+            "200",
+            "{case}: TLS is off"
+        );
+    };
+    still_protected("start");
+    let weaker = [
+        ("an empty file", String::new()),
+        ("no TLS", users.clone()),
+        ("no users", tls.to_string()),
+        ("unparseable YAML", "tls_server_config: [".to_string()),
+    ];
+    for (n, (case, yaml)) in weaker.iter().enumerate() {
+        c.write_config(yaml);
+        sighup(&d);
+        assert!(
+            wait_for_lines(&d, "web config reload refused", n + 1),
+            "{case}: no refusal logged"
+        );
+        still_protected(case);
+    }
+    // New users, certificates and headers are still accepted.
+    let h2 = bcrypt::hash("second-secret", 4).unwrap();
+    c.write_config(&format!(
+        "{tls}basic_auth_users:\n  prometheus: '{h2}'\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n"
+    ));
+    sighup(&d);
+    assert!(wait_for_lines(&d, "web config reloaded", 1));
+    assert_eq!(
+        curl(&["--cacert", &ca, "-u", "prometheus:second-secret", &https]),
+        "200"
+    );
+    assert_eq!(
+        curl(&["--cacert", &ca, "-u", "prometheus:first-secret", &https]),
+        "401"
+    );
+    let refusal = d
+        .log()
+        .into_iter()
+        .find(|l| l.contains("reload refused"))
+        .unwrap();
+    assert!(
+        refusal.contains("empty"),
+        "the refusal does not say why: {refusal}"
+    );
+}
+
+#[test]
+fn stalled_tls_handshakes_are_closed() {
+    let c = Certs::new("stall");
+    let cfg =
+        c.write_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
+    let d = start_with(&cfg);
+    let silent = TcpStream::connect(d.addr).unwrap();
+    // A TLS record header that announces a 512-byte ClientHello, then nothing.
+    let mut partial = TcpStream::connect(d.addr).unwrap();
+    partial.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).unwrap();
+    let start = Instant::now();
+    for (what, mut s) in [("silent", silent), ("partial ClientHello", partial)] {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let r = s.read(&mut [0u8; 1]);
+        let took = start.elapsed();
+        assert!(
+            matches!(r, Ok(0)) || r.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{what}: not closed"
+        );
+        assert!(
+            took < Duration::from_secs(13),
+            "{what}: closed only after {took:?}"
+        );
+    }
+}
+
+fn auth_daemon(tag: &str, extra: &[&str]) -> (Certs, Daemon) {
+    let c = Certs::new(tag);
+    let h = bcrypt::hash("secret", 4).unwrap();
+    let cfg = c.write_config(&format!("basic_auth_users:\n  prometheus: '{h}'\n"));
+    let mut args = vec![format!("--web.config.file={}", cfg.display())];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    if !extra.iter().any(|a| a.starts_with("--path.procfs")) {
+        args.push(format!("--path.procfs={}", fixture("proc").display()));
+    }
+    args.extend(
+        [
+            "--no-probe.runqlat",
+            "--no-probe.cachestat",
+            "--no-probe.drops",
+        ]
+        .map(String::from),
+    );
+    let d = Daemon::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    (c, d)
+}
+
+fn basic(scheme: &str, user: &str, password: &str) -> String {
+    use base64::Engine;
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("{scheme} {token}")
+}
+
+#[test]
+fn basic_scheme_is_case_insensitive() {
+    let (_c, d) = auth_daemon("scheme", &[]);
+    for scheme in ["Basic", "basic", "BASIC"] {
+        let r = d.get_with(
+            "/metrics",
+            &[("Authorization", &basic(scheme, "prometheus", "secret"))],
+        );
+        assert_eq!(r.status, 200, "scheme {scheme:?}");
+    }
+    let r = d.get_with(
+        "/metrics",
+        &[("Authorization", &basic("basic", "prometheus", "wrong"))],
+    );
+    assert_eq!(r.status, 401);
+}
+
+#[test]
+fn failed_logins_are_logged_with_the_peer_at_most_once_a_second() {
+    let (_c, d) = auth_daemon("faillog", &[]);
+    let wrong = basic("Basic", "prometheus", "hunter2-guess");
+    assert_eq!(
+        d.get_with("/metrics", &[("Authorization", &wrong)]).status,
+        401
+    );
+    let line = d
+        .wait_for_log("basic authentication failed", Duration::from_secs(5))
+        .expect("a failed login is not logged");
+    assert!(
+        line.contains("level=warn") && line.contains("127.0.0.1"),
+        "{line}"
+    );
+    assert!(!line.contains("hunter2"), "the password is logged: {line}");
+    // 100 more failures in quick succession, then one after a quiet second.
+    let start = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(
+            d.get_with("/metrics", &[("Authorization", &wrong)]).status,
+            401
+        );
+    }
+    let burst = start.elapsed();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        d.get_with("/metrics", &[("Authorization", &wrong)]).status,
+        401
+    );
+    let counted = |l: &String| {
+        l.split_whitespace()
+            .find_map(|kv| kv.strip_prefix("suppressed="))
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+    };
+    assert!(
+        d.log().iter().any(counted),
+        "no count of suppressed failures:\n{}",
+        d.log().join("\n")
+    );
+    let lines = d
+        .log()
+        .iter()
+        .filter(|l| l.contains("basic authentication failed"))
+        .count();
+    let allowed = 2 + burst.as_secs() as usize + 1;
+    assert!(
+        lines <= allowed,
+        "{lines} log lines for 102 failures in {burst:?} (at most {allowed})"
+    );
+}
+
+#[test]
+fn landing_page_shows_collector_errors_only_behind_auth() {
+    let tree = common::copy_tree(&fixture("proc"));
+    std::fs::write(tree.join("loadavg"), "not a loadavg\n").unwrap();
+    let procfs = format!("--path.procfs={}", tree.display());
+    let tree_text = tree.display().to_string();
+
     let d = Daemon::start(&[
-        &format!("--path.procfs={}", fixture("proc").display()),
+        &procfs,
         "--no-probe.runqlat",
         "--no-probe.cachestat",
         "--no-probe.drops",
     ]);
-    // 200 connections that send half a request and then go quiet.
-    let mut slow = Vec::new();
-    for _ in 0..200 {
-        let mut s = TcpStream::connect(d.addr).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-            .unwrap();
-        slow.push(s);
-    }
-    let start = Instant::now();
-    let r = d.get("/metrics");
-    let took = start.elapsed();
-    assert_eq!(r.status, 200);
+    assert_eq!(d.get("/metrics").status, 200);
+    let page = d.get("/").text();
+    assert!(page.contains("failed — see the log"), "{page}");
     assert!(
-        took < Duration::from_secs(1),
-        "scrape took {took:?} with 200 slow clients"
+        !page.contains(&tree_text),
+        "error text on an open landing page:\n{page}"
     );
-    drop(slow);
+    drop(d);
+
+    let (_c, d) = auth_daemon("landing", &[&procfs]);
+    let auth = basic("Basic", "prometheus", "secret");
+    assert_eq!(
+        d.get_with("/metrics", &[("Authorization", &auth)]).status,
+        200
+    );
+    assert_eq!(d.get("/").status, 401);
+    let page = d.get_with("/", &[("Authorization", &auth)]).text();
+    assert!(
+        page.contains(&tree_text),
+        "no error text behind auth:\n{page}"
+    );
+    let _ = std::fs::remove_dir_all(&tree);
+}
+
+#[test]
+fn openmetrics_is_not_chosen_at_q_zero() {
+    let d = Daemon::start(&[
+        &format!("--path.procfs={}", fixture("proc").display()),
+        "--collector.disable-defaults",
+        "--collector.loadavg",
+    ]);
+    let text = "text/plain; version=0.0.4; charset=utf-8";
+    for (accept, want) in [
+        ("application/openmetrics-text;q=0", text),
+        (
+            "application/openmetrics-text; version=1.0.0; q=0, text/plain",
+            text,
+        ),
+        ("text/plain;q=0.9, application/openmetrics-text;q=0.5", text),
+        (
+            "application/openmetrics-text;q=0.5, text/plain;q=0.2",
+            "application/openmetrics-text",
+        ),
+        (
+            "application/openmetrics-text",
+            "application/openmetrics-text",
+        ),
+    ] {
+        let r = d.get_with("/metrics", &[("Accept", accept)]);
+        assert_eq!(r.status, 200);
+        let got = r.header("content-type").unwrap_or("");
+        assert!(got.starts_with(want), "Accept {accept:?} gave {got:?}");
+    }
 }

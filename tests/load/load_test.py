@@ -49,7 +49,9 @@ def fds(pid):
 
 def main():
     port = free_port()
-    d = subprocess.Popen([BIN, f"--web.listen-address=127.0.0.1:{port}", f"--web.max-requests={MAX_REQUESTS}"],
+    d = subprocess.Popen([BIN, f"--web.listen-address=127.0.0.1:{port}", f"--web.max-requests={MAX_REQUESTS}",
+                          # wrk's connections all come from 127.0.0.1.
+                          f"--web.max-connections-per-peer={CONNS + 8}"],
                          stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/metrics"
     results = []
