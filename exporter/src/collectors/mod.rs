@@ -24,6 +24,7 @@ use crate::error::ParseError;
 pub mod conntrack;
 pub mod diskstats;
 pub mod dynamic;
+pub mod filefd;
 pub mod interrupts;
 pub mod loadavg;
 pub mod meminfo;
@@ -57,6 +58,7 @@ pub const ALL: &[&Spec] = &[
     &schedstat::SPEC,
     &interrupts::SPEC,
     &uname::SPEC,
+    &filefd::SPEC,
 ];
 
 pub fn find(name: &str) -> Option<&'static Spec> {
