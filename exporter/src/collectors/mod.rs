@@ -21,45 +21,38 @@ use regex::Regex;
 use crate::collector::Collector;
 use crate::error::ParseError;
 
-pub mod conntrack;
-pub mod diskstats;
 pub mod dynamic;
-pub mod filefd;
-pub mod interrupts;
-pub mod loadavg;
-pub mod meminfo;
-pub mod netdev;
-pub mod netstat;
-pub mod pressure;
-pub mod schedstat;
-pub mod sockstat;
-pub mod softirqs;
-pub mod softnet;
-pub mod stat;
-pub mod uname;
-pub mod vmstat;
-pub mod zoneinfo;
 
-/// Every collector, in output order.
-pub const ALL: &[&Spec] = &[
-    &stat::SPEC,
-    &softirqs::SPEC,
-    &loadavg::SPEC,
-    &meminfo::SPEC,
-    &vmstat::SPEC,
-    &zoneinfo::SPEC,
-    &pressure::SPEC,
-    &diskstats::SPEC,
-    &netdev::SPEC,
-    &netstat::SPEC,
-    &sockstat::SPEC,
-    &softnet::SPEC,
-    &conntrack::SPEC,
-    &schedstat::SPEC,
-    &interrupts::SPEC,
-    &uname::SPEC,
-    &filefd::SPEC,
-];
+/// Declares each collector module and lists its `SPEC` in [`ALL`], in the
+/// same order: registering a collector is one line here.
+macro_rules! registry {
+    ($($module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every collector, in output order.
+        pub const ALL: &[&Spec] = &[$(&$module::SPEC),*];
+    };
+}
+
+registry! {
+    stat,
+    softirqs,
+    loadavg,
+    meminfo,
+    vmstat,
+    zoneinfo,
+    pressure,
+    diskstats,
+    netdev,
+    netstat,
+    sockstat,
+    softnet,
+    conntrack,
+    schedstat,
+    interrupts,
+    uname,
+    filefd,
+}
 
 pub fn find(name: &str) -> Option<&'static Spec> {
     ALL.iter().copied().find(|s| s.name == name)
@@ -72,7 +65,7 @@ pub fn parsers() -> impl Iterator<Item = (&'static Spec, &'static Parser)> {
 }
 
 /// Everything about one collector, declared in its module as `pub const
-/// SPEC` and registered by one line in [`ALL`].
+/// SPEC` and registered by one line in the `registry!` list above.
 pub struct Spec {
     /// `--collector.NAME`, and the `collector` label of
     /// `node_scrape_collector_*`.
