@@ -52,6 +52,7 @@ registry! {
     interrupts,
     uname,
     filefd,
+    entropy,
 }
 
 pub fn find(name: &str) -> Option<&'static Spec> {
