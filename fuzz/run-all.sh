@@ -4,6 +4,12 @@
 # The parsers with the most state (stat, zoneinfo, interrupts, netstat,
 # diskstats) get twice the time of the others.
 #
+# The text targets are the collector registry's parsers, all served by the
+# one `parser` binary (USESCOPE_FUZZ_TARGET picks the parser): the list and
+# each target's seed files come from the binary itself, so a newly
+# registered collector is fuzzed here without an edit. Its seeds are the
+# fixture files of the sources it reads, copied to target/seeds/TARGET.
+#
 # Works on stable Rust: `-s none` builds without a sanitizer, so cargo-fuzz
 # passes no -Z flag; coverage comes from the stable -Cpasses=sancov-module.
 # A Rust panic still aborts the process, which libFuzzer reports as a crash
@@ -15,7 +21,11 @@ cd "$(dirname "$0")"
 
 total=${1:-900}
 shift || true
-all=$(cargo fuzz list)
+cargo fuzz build -s none >/dev/null
+bin=target/$(rustc -vV | sed -n 's/^host: //p')/release
+# One line per text target: NAME SEED... (paths under a fixture /proc root).
+listing=$(USESCOPE_FUZZ_TARGET=list "$bin/parser" 2>/dev/null)
+all="$(cut -d' ' -f1 <<<"$listing") btf"
 targets=${*:-$all}
 heavy=" stat zoneinfo interrupts netstat diskstats "
 
@@ -23,7 +33,21 @@ weight() { [[ $heavy == *" $1 "* ]] && echo 2 || echo 1; }
 units=0
 for t in $targets; do units=$((units + $(weight "$t"))); done
 
-cargo fuzz build -s none >/dev/null
+# Seeds of each text target from both fixture trees, named as in corpus/.
+fixtures=../exporter/tests/fixtures
+seeds_of() {
+  local dir=target/seeds/$1 seed tree
+  rm -rf "$dir" && mkdir -p "$dir"
+  for seed in $(grep "^$1 " <<<"$listing" | cut -d' ' -f2-); do
+    for tree in proc large; do
+      if [ -f "$fixtures/$tree/$seed" ]; then
+        cp "$fixtures/$tree/$seed" "$dir/seed-$tree-${seed//\//_}"
+      fi
+    done
+  done
+  echo "$dir"
+}
+
 logs=target/fuzz-logs
 mkdir -p "$logs"
 out=target/fuzz-results.md
@@ -39,8 +63,14 @@ for t in $targets; do
   # corpus (fuzz/corpus/T) is only read.
   work=target/work/$t
   mkdir -p "$work" "artifacts/$t"
+  mkdir -p "corpus/$t"
+  if [ "$t" = btf ]; then
+    run=(cargo fuzz run -s none btf "$work" "corpus/$t")
+  else
+    run=(env "USESCOPE_FUZZ_TARGET=$t" cargo fuzz run -s none parser "$work" "corpus/$t" "$(seeds_of "$t")")
+  fi
   rc=0
-  cargo fuzz run -s none "$t" "$work" "corpus/$t" -- \
+  "${run[@]}" -- -artifact_prefix="$PWD/artifacts/$t/" \
     -max_total_time="$secs" -max_len=65536 -timeout=5 -print_final_stats=1 \
     >"$logs/$t.log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$t.log")

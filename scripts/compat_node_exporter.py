@@ -17,10 +17,19 @@ import sys
 import time
 import urllib.request
 
-# The sources usescope reads, as node_exporter collector names.
-NE_COLLECTORS = ["cpu", "stat", "softirqs", "loadavg", "meminfo", "vmstat", "zoneinfo", "pressure",
-                 "diskstats", "netdev", "netstat", "sockstat", "softnet", "conntrack", "schedstat",
-                 "interrupts", "uname"]
+
+
+def usescope_collectors(binary):
+    """The registered collectors, from usescope's registry-generated --help."""
+    help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, check=True).stdout
+    return sorted(set(re.findall(r"--collector\.([a-z_]+)\b(?![.-])", help_text)) - {"disable"})
+
+
+def node_exporter_collectors(ours):
+    """The same sources as node_exporter collector names: usescope's stat
+    collector is node_exporter's cpu and stat."""
+    return sorted(set(ours) | {"cpu"})
+
 # Widen node_exporter's default field filters to the extra fields usescope
 # exports by default, so those families are compared too.
 VMSTAT_FIELDS = r"^(oom_kill|pgpg|pswp|pg.*fault|pgscan.*|pgsteal.*|allocstall.*|compact_stall).*"
@@ -81,13 +90,14 @@ def main():
     ap.add_argument("--usescope", default="target/release/usescope")
     ap.add_argument("--node-exporter", default=os.path.expanduser("~/go/bin/node_exporter"))
     a = ap.parse_args()
+    ne_collectors = node_exporter_collectors(usescope_collectors(a.usescope))
     up, np_ = free_port(), free_port()
     us = subprocess.Popen([a.usescope, f"--web.listen-address=127.0.0.1:{up}", "--collector.interrupts",
                            "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"],
                           stderr=subprocess.DEVNULL)
     ne_args = [a.node_exporter, f"--web.listen-address=127.0.0.1:{np_}", "--collector.disable-defaults",
                f"--collector.vmstat.fields={VMSTAT_FIELDS}", f"--collector.netstat.fields={NETSTAT_FIELDS}"]
-    ne_args += [f"--collector.{c}" for c in NE_COLLECTORS]
+    ne_args += [f"--collector.{c}" for c in ne_collectors]
     ne = subprocess.Popen(ne_args, stderr=subprocess.DEVNULL)
     try:
         u = families(wait_scrape(f"http://127.0.0.1:{up}/metrics", us))

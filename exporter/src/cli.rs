@@ -3,13 +3,15 @@
 //!
 //! Built with clap's builder API because the collector and probe flags are
 //! generated from the registries ([`crate::collectors::ALL`],
-//! [`crate::probes::ALL`]) rather than written out one by one.
+//! [`crate::probes::ALL`]) rather than written out one by one: each
+//! collector's `--collector.NAME` toggle and its own `--collector.NAME.*`
+//! options come from its `SPEC`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
 
-use crate::collectors::{self, Settings};
+use crate::collectors::{self, FlagValue, Settings};
 use crate::probes::{self, ProbeSettings};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,26 +127,6 @@ pub fn command() -> Command {
                 .help("Set all collectors to disabled by default; enable them with --collector.NAME"),
         )
         .arg(
-            Arg::new("collector.diskstats.device-exclude")
-                .long("collector.diskstats.device-exclude")
-                .default_value(collectors::diskstats::DEFAULT_DEVICE_EXCLUDE)
-                .value_parser(regex_flag)
-                .help("Regexp of diskstats devices to exclude"),
-        )
-        .arg(
-            Arg::new("collector.netdev.device-include")
-                .long("collector.netdev.device-include")
-                .value_parser(regex_value)
-                .conflicts_with("collector.netdev.device-exclude")
-                .help("Regexp of net devices to include (mutually exclusive with device-exclude)"),
-        )
-        .arg(
-            Arg::new("collector.netdev.device-exclude")
-                .long("collector.netdev.device-exclude")
-                .value_parser(regex_value)
-                .help("Regexp of net devices to exclude (mutually exclusive with device-include)"),
-        )
-        .arg(
             Arg::new("log.level")
                 .long("log.level")
                 .default_value("info")
@@ -160,11 +142,32 @@ pub fn command() -> Command {
         );
     for spec in collectors::ALL {
         cmd = add_toggle(cmd, "collector", spec.name, spec.help, spec.default_enabled);
+        for flag in spec.flags {
+            cmd = cmd.arg(collector_flag(flag));
+        }
     }
     for spec in probes::ALL {
         cmd = add_toggle(cmd, "probe", spec.name, spec.help, true);
     }
     probes::add_args(cmd)
+}
+
+/// A collector's own option, as its spec declares it. The value is parsed
+/// (a regex compiled) here, so a bad one stops start-up with one line
+/// instead of failing its collector on every scrape.
+fn collector_flag(flag: &'static collectors::Flag) -> Arg {
+    let kind = flag.kind;
+    let mut arg = Arg::new(flag.name)
+        .long(flag.name)
+        .value_parser(move |raw: &str| FlagValue::parse(kind, raw))
+        .help(flag.help);
+    if let Some(d) = flag.default {
+        arg = arg.default_value(d);
+    }
+    if let Some(other) = flag.conflicts_with {
+        arg = arg.conflicts_with(other);
+    }
+    arg
 }
 
 /// Adds `--KIND.NAME` and `--no-KIND.NAME`; the last one given wins.
@@ -220,8 +223,9 @@ where
         .map(|c| c.name)
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
-    settings.diskstats_device_exclude = s("collector.diskstats.device-exclude");
-    settings.netdev_devices = netdev_filter(&m);
+    for flag in collectors::ALL.iter().flat_map(|spec| spec.flags) {
+        settings.set(flag.name, m.get_one::<FlagValue>(flag.name).cloned());
+    }
     let enabled_probes = probes::ALL
         .iter()
         .filter(|p| toggled(&m, "probe", p.name, true))
@@ -235,9 +239,8 @@ where
             .copied()
             .unwrap_or(40),
         max_connections: m
-            .get_one::<usize>("web.max-connections")
-            .copied()
-            .unwrap_or(1024),
+            .get_one::<u64>("web.max-connections")
+            .map_or(1024, |&n| n as usize),
         max_connections_per_peer: m
             .get_one::<u64>("web.max-connections-per-peer")
             .map_or(64, |&n| n as usize),
@@ -299,34 +302,6 @@ fn telemetry_path(p: &str) -> Result<String, String> {
     Ok(p.to_string())
 }
 
-/// `--collector.netdev.device-include`/`-exclude`; clap makes them exclusive.
-fn netdev_filter(m: &ArgMatches) -> Option<collectors::netdev::DeviceFilter> {
-    use collectors::netdev::DeviceFilter;
-    let re = |id: &str| m.get_one::<regex::Regex>(id).cloned();
-    re("collector.netdev.device-include")
-        .map(DeviceFilter::Include)
-        .or_else(|| re("collector.netdev.device-exclude").map(DeviceFilter::Exclude))
-}
-
-/// A regex flag: compiled here so a bad one stops start-up with one line
-/// instead of failing its collector on every scrape.
-fn regex_value(r: &str) -> Result<regex::Regex, String> {
-    regex::Regex::new(r).map_err(|e| {
-        // regex's message spans lines (pattern, caret, cause); keep the cause.
-        e.to_string()
-            .lines()
-            .last()
-            .unwrap_or("invalid regex")
-            .trim()
-            .to_string()
-    })
-}
-
-/// [`regex_value`] for a flag whose collector takes the pattern as text.
-fn regex_flag(r: &str) -> Result<String, String> {
-    regex_value(r).map(|_| r.to_string())
-}
-
 /// Resolves `--web.listen-address`. `:PORT` means every IPv4 interface,
 /// as in Go's net.Listen.
 pub fn resolve_listen_address(addr: &str) -> Result<SocketAddr, String> {
@@ -362,6 +337,7 @@ mod tests {
         assert_eq!(c.telemetry_path, "/metrics");
         assert_eq!(c.max_requests, 40);
         assert_eq!(c.scrape_timeout, std::time::Duration::from_secs(10));
+        assert_eq!((c.max_connections, c.max_connections_per_peer), (1024, 64));
         assert!(c.collectors.contains(&"stat"));
         assert!(!c.collectors.contains(&"interrupts"));
     }
@@ -443,18 +419,15 @@ mod tests {
 
     #[test]
     fn netdev_device_filters() {
-        use collectors::netdev::DeviceFilter;
+        use collectors::netdev::{EXCLUDE, INCLUDE};
         let c = parse(["usescope"]).unwrap();
-        assert!(c.settings.netdev_devices.is_none());
+        assert!(c.settings.regex(INCLUDE).is_none());
+        assert!(c.settings.regex(EXCLUDE).is_none());
         let c = parse(["usescope", "--collector.netdev.device-exclude=^veth"]).unwrap();
-        assert!(
-            matches!(c.settings.netdev_devices, Some(DeviceFilter::Exclude(r)) if r.as_str() == "^veth")
-        );
+        assert_eq!(c.settings.regex(EXCLUDE).unwrap().as_str(), "^veth");
+        assert!(c.settings.regex(INCLUDE).is_none());
         let c = parse(["usescope", "--collector.netdev.device-include=^eth"]).unwrap();
-        assert!(matches!(
-            c.settings.netdev_devices,
-            Some(DeviceFilter::Include(_))
-        ));
+        assert_eq!(c.settings.regex(INCLUDE).unwrap().as_str(), "^eth");
         let both = parse([
             "usescope",
             "--collector.netdev.device-include=^eth",
@@ -463,6 +436,37 @@ mod tests {
         assert!(one_line(&both.unwrap_err()).contains("cannot be used with"));
         let bad = parse(["usescope", "--collector.netdev.device-exclude=("]).unwrap_err();
         assert!(one_line(&bad).contains("unclosed group"));
+    }
+
+    #[test]
+    fn diskstats_exclude_defaults_and_overrides() {
+        use collectors::diskstats::{DEFAULT_DEVICE_EXCLUDE, DEVICE_EXCLUDE};
+        let c = parse(["usescope"]).unwrap();
+        assert_eq!(
+            c.settings.regex(DEVICE_EXCLUDE).unwrap().as_str(),
+            DEFAULT_DEVICE_EXCLUDE
+        );
+        let c = parse(["usescope", "--collector.diskstats.device-exclude=^x$"]).unwrap();
+        assert_eq!(c.settings.regex(DEVICE_EXCLUDE).unwrap().as_str(), "^x$");
+    }
+
+    /// `--help` is generated from the registry: every collector's toggle
+    /// and every flag it declares are there.
+    #[test]
+    fn help_lists_every_registered_collector_and_flag() {
+        let help = command().render_long_help().to_string();
+        for spec in collectors::ALL {
+            let toggle = format!("--collector.{}", spec.name);
+            assert!(help.contains(&toggle), "{toggle} missing from --help");
+            assert!(help.contains(spec.help), "{}'s help missing", spec.name);
+            for flag in spec.flags {
+                assert!(
+                    help.contains(&format!("--{}", flag.name)),
+                    "--{} missing from --help",
+                    flag.name
+                );
+            }
+        }
     }
 
     #[test]

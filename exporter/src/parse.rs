@@ -259,8 +259,8 @@ pub fn parse_cpu_header(line: &str, n: usize, out: &mut Vec<u32>) -> Result<(), 
     Ok(())
 }
 
-/// Runs a `parse_into(text, &mut T)` parser on a fresh `T`: the `parse`
-/// entry point of the collectors whose scrape path reuses its output.
+/// Runs a `parse_into(text, &mut T)` parser on a fresh `T`: the value
+/// form, for tests and for a [`crate::collectors::Parser`]'s `check`.
 pub fn parse_fresh<T: Default>(
     s: &str,
     parse_into: fn(&str, &mut T) -> Result<(), ParseError>,
@@ -268,6 +268,36 @@ pub fn parse_fresh<T: Default>(
     let mut out = T::default();
     parse_into(s, &mut out)?;
     Ok(out)
+}
+
+/// Parses a sysctl holding one unsigned decimal number (`262144\n`):
+/// `nf_conntrack_max`, `entropy_avail`. Read such files with
+/// `SourceFile::small`.
+pub fn u64_sysctl_into(s: &str, out: &mut u64) -> Result<(), ParseError> {
+    let mut f = fields(s);
+    *out = u64_field(next_field(&mut f, 1, "value")?, 1, "value")?;
+    match f.next() {
+        None => Ok(()),
+        Some(extra) => Err(ParseError::new(
+            1,
+            format!("unexpected extra field {extra:?} after the value"),
+        )),
+    }
+}
+
+/// Empties a Vec and hands its allocation over to another element type of
+/// the same layout: in practice the same type with another lifetime.
+/// Parsed rows that borrow the scrape's text (`Vec<Zone<'t>>`) cannot stay
+/// in the collector between scrapes, but their buffer can: the collector
+/// keeps a `Vec<Row<'static>>`, always empty, and recycles it into
+/// `Vec<Row<'t>>` for the scrape and back. Mapping an empty `IntoIter` into
+/// a same-layout Vec reuses the buffer in place (std's in-place collect)
+/// instead of allocating.
+pub fn recycle<A, B>(mut v: Vec<A>) -> Vec<B> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector was cleared"))
+        .collect()
 }
 
 /// Takes the next whitespace-separated token or reports which one is missing.

@@ -1,12 +1,16 @@
 //! Bad input, end to end: each /proc file a collector reads is corrupted in
-//! a copy of the captured tree while the real daemon serves it.
+//! a copy of the captured tree while the real daemon serves it. The files
+//! and their owners come from the collector registry (each spec's
+//! `sources`), so a registered collector is fault-tested without an edit.
 //!
 //! For every file and every corruption:
 //! - the scrape still answers 200 and nothing panics;
 //! - the owning collector either parses it or reports success 0 and logs
-//!   the file (and line, where there is one) — garbage and u64 overflow
-//!   must fail; a line of invalid UTF-8 costs only that line (source.rs),
-//!   and a warning names the file and the line;
+//!   the file (and line, where there is one) — garbage must fail, and so
+//!   must u64 overflow where the format's values are numbers;
+//! - invalid UTF-8 need not fail: SourceFile drops the bad line, warns
+//!   with the file and the line, and the parser gets the rest. If the
+//!   collector does fail, the log names the file and a line;
 //! - every other collector's output is byte-for-byte unchanged;
 //! - once the file is repaired, the next scrape succeeds again.
 //!
@@ -15,39 +19,54 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use common::{Daemon, copy_tree, fixture};
+use usescope::collectors::{ALL, Root};
 
-/// (file relative to procfs, owning collector)
-const FILES: &[(&str, &str)] = &[
-    ("stat", "stat"),
-    ("softirqs", "softirqs"),
-    ("interrupts", "interrupts"),
-    ("schedstat", "schedstat"),
-    ("loadavg", "loadavg"),
-    ("meminfo", "meminfo"),
-    ("vmstat", "vmstat"),
-    ("zoneinfo", "zoneinfo"),
-    ("pressure/memory", "pressure"),
-    ("diskstats", "diskstats"),
-    ("net/dev", "netdev"),
-    ("net/netstat", "netstat"),
-    ("net/snmp", "netstat"),
-    ("net/snmp6", "netstat"),
-    ("net/sockstat", "sockstat"),
-    ("net/sockstat6", "sockstat"),
-    ("net/softnet_stat", "softnet"),
-    ("net/stat/nf_conntrack", "conntrack"),
-    ("sys/net/netfilter/nf_conntrack_count", "conntrack"),
-    ("sys/net/netfilter/nf_conntrack_max", "conntrack"),
-];
+/// A file a collector reads: path under procfs, owner, whether its values
+/// are numbers.
+struct File {
+    path: &'static str,
+    collector: &'static str,
+    numeric: bool,
+}
 
-/// A corruption of a file's bytes, and whether the collector must fail on it.
+/// Every procfs source of every registered collector.
+fn files() -> Vec<File> {
+    let mut out = Vec::new();
+    for spec in ALL {
+        for s in spec.sources.iter().filter(|s| s.root == Root::Procfs) {
+            let parser = spec.parsers.iter().find(|p| p.name == s.parser);
+            out.push(File {
+                path: s.path,
+                collector: spec.name,
+                numeric: parser.is_some_and(|p| p.numeric),
+            });
+        }
+    }
+    out
+}
+
+/// What a corruption requires of the owning collector.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Parsing it or failing are both fine.
+    Either,
+    /// It must fail.
+    Fail,
+    /// It must fail if the format's values are numbers (and the corruption
+    /// changed anything).
+    FailIfNumeric,
+    /// Either, but a failure must name a line.
+    EitherNamingALine,
+}
+
+/// A corruption of a file's bytes, and what the collector must do with it.
 struct Variant {
     name: &'static str,
-    must_fail: bool,
+    expect: Expect,
     apply: fn(&[u8]) -> Vec<u8>,
 }
 
@@ -86,12 +105,12 @@ fn overflow_first_number(b: &[u8]) -> Vec<u8> {
 const VARIANTS: &[Variant] = &[
     Variant {
         name: "garbage",
-        must_fail: true,
+        expect: Expect::Fail,
         apply: |_| b"\x01garbage here\n%%% not a kernel file %%%\n:::\n".to_vec(),
     },
     Variant {
         name: "invalid-utf8",
-        must_fail: false,
+        expect: Expect::EitherNamingALine,
         apply: |b| {
             let mut v = b.to_vec();
             let at = v.iter().position(|&c| c == b'\n').map_or(0, |p| p + 1);
@@ -101,22 +120,22 @@ const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "u64-overflow",
-        must_fail: true,
+        expect: Expect::FailIfNumeric,
         apply: overflow_first_number,
     },
     Variant {
         name: "empty",
-        must_fail: false,
+        expect: Expect::Either,
         apply: |_| Vec::new(),
     },
     Variant {
         name: "truncated",
-        must_fail: false,
+        expect: Expect::Either,
         apply: |b| b[..b.len() / 2].to_vec(),
     },
     Variant {
         name: "missing-column",
-        must_fail: false,
+        expect: Expect::Either,
         apply: |b| {
             lines_map(b, |i, l| {
                 if i == 1 {
@@ -130,7 +149,7 @@ const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "extra-column",
-        must_fail: false,
+        expect: Expect::Either,
         apply: |b| lines_map(b, |_, l| format!("{l} 7")),
     },
 ];
@@ -163,6 +182,21 @@ fn family_of(line: &str) -> &str {
     &l[..end]
 }
 
+/// Whether a log line after the first `skip` matches, waiting up to 2 s
+/// for the log reader to catch up.
+fn logged_since(d: &Daemon, skip: usize, matches: impl Fn(&str) -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        if d.log().iter().skip(skip).any(|l| matches(l)) {
+            return true;
+        }
+        if std::time::Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn success(expo: &str, collector: &str) -> Option<f64> {
     common::sample(
         expo,
@@ -176,11 +210,26 @@ const NO_PROBES: &[&str] = &[
     "--no-probe.drops",
 ];
 
-fn tree_with_schedstat() -> std::path::PathBuf {
+/// A copy of the captured tree, plus the synthetic tree's file for every
+/// source the capture host lacked (schedstat, pressure/irq).
+fn tree_with_every_source() -> PathBuf {
     let tree = copy_tree(&fixture("proc"));
-    // This machine's kernel has no schedstat; borrow the synthetic one.
-    std::fs::copy(fixture("large").join("schedstat"), tree.join("schedstat")).unwrap();
+    for f in files() {
+        let (dest, large) = (tree.join(f.path), fixture("large").join(f.path));
+        if !dest.exists() && large.exists() {
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::copy(large, dest).unwrap();
+        }
+    }
     tree
+}
+
+/// `--collector.NAME` for every collector that is off by default.
+fn every_collector() -> Vec<String> {
+    ALL.iter()
+        .filter(|s| !s.default_enabled)
+        .map(|s| format!("--collector.{}", s.name))
+        .collect()
 }
 
 fn start(tree: &Path, extra: &[&str]) -> Daemon {
@@ -210,14 +259,29 @@ fn owned_families(tree: &Path, collector: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_file_every_corruption() {
-    let tree = tree_with_schedstat();
-    let daemon = start(&tree, &["--collector.interrupts"]);
+    let tree = tree_with_every_source();
+    let all = every_collector();
+    let daemon = start(&tree, &all.iter().map(String::as_str).collect::<Vec<_>>());
     let baseline = daemon.scrape();
     let mut failures = Vec::new();
-    for &(file, collector) in FILES {
+    let mut owned_by = BTreeMap::new();
+    for File {
+        path: file,
+        collector,
+        numeric,
+    } in files()
+    {
         let path = tree.join(file);
-        let original = std::fs::read(&path).unwrap();
-        let owned = owned_families(&tree, collector);
+        let Ok(original) = std::fs::read(&path) else {
+            failures.push(format!(
+                "{file} ({collector}): no fixture in proc/ or large/"
+            ));
+            continue;
+        };
+        let owned = owned_by
+            .entry(collector)
+            .or_insert_with(|| owned_families(&tree, collector))
+            .clone();
         assert!(
             !owned.is_empty(),
             "{collector} emits nothing on the fixture"
@@ -229,16 +293,24 @@ fn every_file_every_corruption() {
         );
         let base_others = others(&baseline, &owned);
         for v in VARIANTS {
-            std::fs::write(&path, (v.apply)(&original)).unwrap();
+            let corrupted = (v.apply)(&original);
+            let must_fail = match v.expect {
+                Expect::Fail => true,
+                Expect::FailIfNumeric => numeric && corrupted != original,
+                Expect::Either | Expect::EitherNamingALine => false,
+            };
+            std::fs::write(&path, &corrupted).unwrap();
+            let logged = daemon.log().len();
             let r = daemon.get("/metrics");
             let case = format!("{file} / {}", v.name);
             if r.status != 200 {
                 failures.push(format!("{case}: status {}", r.status));
+                std::fs::write(&path, &original).unwrap();
                 continue;
             }
             let expo = r.text();
             let ok = success(&expo, collector);
-            if v.must_fail && ok != Some(0.0) {
+            if must_fail && ok != Some(0.0) {
                 failures.push(format!("{case}: expected success 0, got {ok:?}"));
             }
             if ok == Some(0.0) {
@@ -255,13 +327,25 @@ fn every_file_every_corruption() {
                     ));
                 }
                 let needle = path.display().to_string();
-                if !logged(&daemon, &[&needle, "collector failed"]) {
-                    failures.push(format!("{case}: no log line naming {needle}"));
+                let line_needed = v.expect == Expect::EitherNamingALine;
+                // Only this scrape's lines: the repair in between made the
+                // failure new again, so it is logged at warn.
+                if !logged_since(&daemon, logged, |l| {
+                    l.contains(&needle)
+                        && l.contains("collector failed")
+                        && (!line_needed || l.contains("line="))
+                }) {
+                    failures.push(format!(
+                        "{case}: no log line naming {needle}{}",
+                        if line_needed { " and a line" } else { "" }
+                    ));
                 }
             }
-            if v.name == "invalid-utf8" {
+            if v.expect == Expect::EitherNamingALine {
                 let needle = path.display().to_string();
-                if !logged(&daemon, &[&needle, "line 2 is not valid UTF-8; skipped"]) {
+                if !logged_since(&daemon, logged, |l| {
+                    l.contains(&needle) && l.contains("line 2 is not valid UTF-8; skipped")
+                }) {
                     failures.push(format!("{case}: no warning naming {needle} and its line"));
                 }
             }
@@ -288,28 +372,9 @@ fn every_file_every_corruption() {
     );
 }
 
-/// Whether a log line contains every needle, waiting briefly: the daemon's
-/// log arrives through a pipe and a reader thread.
-fn logged(daemon: &Daemon, needles: &[&str]) -> bool {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        if daemon
-            .log()
-            .iter()
-            .any(|l| needles.iter().all(|n| l.contains(n)))
-        {
-            return true;
-        }
-        if std::time::Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn garbage_log_names_file_and_line() {
-    let tree = tree_with_schedstat();
+    let tree = tree_with_every_source();
     std::fs::write(tree.join("loadavg"), "0.1 0.2 zz 1/2 3\n").unwrap();
     let d = start(&tree, &[]);
     let expo = d.scrape();
@@ -329,7 +394,7 @@ fn garbage_log_names_file_and_line() {
 
 #[test]
 fn absent_file_is_not_a_failure_and_comes_back() {
-    let tree = tree_with_schedstat();
+    let tree = tree_with_every_source();
     let d = start(&tree, &[]);
     let before = d.scrape();
     assert!(common::sample(&before, "node_nf_conntrack_entries_limit").is_some());

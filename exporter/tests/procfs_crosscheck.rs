@@ -22,6 +22,18 @@ use procfs::{DiskStats, FromBufRead, FromBufReadSI, FromRead, KernelStats, LoadA
 use procfs::{Meminfo, VmStat, current_system_info};
 use usescope::collectors::{diskstats, loadavg, meminfo, netdev, netstat, stat, vmstat};
 use usescope::exposition::Value;
+use usescope::parse::parse_fresh;
+
+/// A parser's whole output as a Vec, panicking with `ctx` on an error.
+fn all<'t, T>(
+    text: &'t str,
+    ctx: &str,
+    parse_into: fn(&'t str, &mut Vec<T>) -> Result<(), usescope::error::ParseError>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    parse_into(text, &mut out).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+    out
+}
 
 /// The trees every source is checked on: live, captured, synthetic.
 fn trees() -> Vec<PathBuf> {
@@ -88,7 +100,8 @@ fn value_string(v: Value) -> String {
 #[test]
 fn stat_matches_procfs() {
     let ran = each_tree("stat", |text, ctx| {
-        let ours = stat::parse(text).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        let ours =
+            parse_fresh(text, stat::parse_into).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
         let theirs = KernelStats::from_buf_read(Cursor::new(text), current_system_info())
             .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
         assert_eq!(ours.cpus.len(), theirs.cpu_time.len(), "{ctx}: CPU rows");
@@ -127,7 +140,8 @@ fn stat_matches_procfs() {
 #[test]
 fn loadavg_matches_procfs() {
     let ran = each_tree("loadavg", |text, ctx| {
-        let ours = loadavg::parse(text).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        let ours = parse_fresh(text, loadavg::parse_into)
+            .unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
         let theirs = LoadAverage::from_read(Cursor::new(text))
             .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
         // procfs parses into f32, usescope into f64, so the comparison is
@@ -143,7 +157,8 @@ fn loadavg_matches_procfs() {
 #[test]
 fn meminfo_matches_procfs() {
     let ran = each_tree("meminfo", |text, ctx| {
-        let ours = meminfo::parse(text).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        let ours = parse_fresh(text, meminfo::parse_into)
+            .unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
         let theirs = Meminfo::from_buf_read(Cursor::new(text))
             .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
         let theirs = debug_fields(&format!("{theirs:?}"));
@@ -172,8 +187,7 @@ fn vmstat_matches_procfs() {
         let theirs = VmStat::from_buf_read(Cursor::new(text))
             .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
         let mut n = 0;
-        for field in vmstat::parse(text) {
-            let f = field.unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        for f in all(text, ctx, vmstat::parse_into) {
             let b = theirs
                 .0
                 .get(f.name)
@@ -192,9 +206,7 @@ fn diskstats_matches_procfs() {
         let theirs = DiskStats::from_buf_read(Cursor::new(text))
             .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"))
             .0;
-        let ours: Vec<_> = diskstats::parse(text)
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        let ours = all(text, ctx, diskstats::parse_into);
         assert_eq!(ours.len(), theirs.len(), "{ctx}: devices");
         for (a, b) in ours.iter().zip(&theirs) {
             let dev = format!("{ctx}: {}", b.name);
@@ -244,8 +256,7 @@ fn netdev_matches_procfs() {
             .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"))
             .0;
         let mut n = 0;
-        for iface in netdev::parse(text).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}")) {
-            let a = iface.unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        for a in all(text, ctx, netdev::parse_into) {
             let b = theirs
                 .get(a.name)
                 .unwrap_or_else(|| panic!("{ctx}: procfs lacks {}", a.name));
@@ -293,8 +304,7 @@ fn snmp_matches_procfs() {
             Snmp::from_buf_read(Cursor::new(text)).unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
         let theirs = debug_fields(&format!("{theirs:?}"));
         let mut ours = HashMap::new();
-        for section in netstat::parse(text) {
-            let s = section.unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        for s in all(text, ctx, netstat::parse_into) {
             for (name, value) in s.fields() {
                 let v = netstat::number(value, s.line, name)
                     .unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
@@ -332,11 +342,9 @@ fn snmp6_matches_procfs() {
         let theirs = debug_fields(&format!("{theirs:?}"));
         // procfs drops the `6` from its field names (`Ip6InReceives` is
         // `ip_in_receives`), so it is dropped from usescope's too.
-        let ours: HashMap<String, String> = netstat::parse_snmp6(text)
-            .map(|f| {
-                let f = f.unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
-                (norm(&f.name.replace('6', "")), value_string(f.value))
-            })
+        let ours: HashMap<String, String> = all(text, ctx, netstat::parse_snmp6_into)
+            .into_iter()
+            .map(|f| (norm(&f.name.replace('6', "")), value_string(f.value)))
             .collect();
         for (key, want) in &theirs {
             let kernel = SNMP6_RENAMED

@@ -1,172 +1,265 @@
-//! The /proc collectors: one module per kernel source, each a pure parser
-//! (`parse(&str) -> Result<T, ParseError>`) plus a [`Collector`] that reads
-//! the file at scrape time and encodes node_exporter-compatible families.
+//! The /proc collectors and their registry.
 //!
-//! [`ALL`] is the registry: the name used in `--collector.NAME`, whether it
-//! is on by default, and how to build it from the [`Settings`].
+//! Every collector is one module that declares everything about itself in
+//! one `pub const SPEC: Spec` (docs/adding-a-collector.md walks through
+//! one): its name and default, its `--help` line and flags, how to build
+//! it, the files it reads and the pure parsers that read them. [`ALL`]
+//! lists the specs, one line per collector, and everything else iterates
+//! it: `--help` and the flags (cli.rs), the daemon's start-up (main.rs),
+//! the fuzz targets (fuzz/src/lib.rs), the mutation smoke test, the
+//! malformed-input test and the property tests below.
+//!
+//! Parsers have one shape, `parse_into(text, &mut out) -> Result<(),
+//! ParseError>`: the whole file is checked and written into `out`, which
+//! the collector keeps and reuses across scrapes, before anything is
+//! encoded (see [`Parser`]).
 
 use std::path::PathBuf;
 
+use regex::Regex;
+
 use crate::collector::Collector;
+use crate::error::ParseError;
 
-pub mod conntrack;
-pub mod diskstats;
 pub mod dynamic;
-pub mod interrupts;
-pub mod loadavg;
-pub mod meminfo;
-pub mod netdev;
-pub mod netstat;
-pub mod pressure;
-pub mod schedstat;
-pub mod sockstat;
-pub mod softirqs;
-pub mod softnet;
-pub mod stat;
-pub mod uname;
-pub mod vmstat;
-pub mod zoneinfo;
 
-/// Settings the collectors are built from (paths and per-collector knobs).
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub procfs: PathBuf,
-    pub sysfs: PathBuf,
-    /// `--collector.diskstats.device-exclude`
-    pub diskstats_device_exclude: String,
-    /// `--collector.netdev.device-include` / `-exclude` (at most one).
-    pub netdev_devices: Option<netdev::DeviceFilter>,
+/// Declares each collector module and lists its `SPEC` in [`ALL`], in the
+/// same order: registering a collector is one line here.
+macro_rules! registry {
+    ($($module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every collector, in output order.
+        pub const ALL: &[&Spec] = &[$(&$module::SPEC),*];
+    };
 }
 
-impl Settings {
-    pub fn with_roots(procfs: impl Into<PathBuf>, sysfs: impl Into<PathBuf>) -> Settings {
-        Settings {
-            procfs: procfs.into(),
-            sysfs: sysfs.into(),
-            diskstats_device_exclude: diskstats::DEFAULT_DEVICE_EXCLUDE.to_string(),
-            netdev_devices: None,
-        }
-    }
+registry! {
+    stat,
+    softirqs,
+    loadavg,
+    meminfo,
+    vmstat,
+    zoneinfo,
+    pressure,
+    diskstats,
+    netdev,
+    netstat,
+    sockstat,
+    softnet,
+    conntrack,
+    schedstat,
+    interrupts,
+    uname,
+    filefd,
+    entropy,
+}
+
+pub fn find(name: &str) -> Option<&'static Spec> {
+    ALL.iter().copied().find(|s| s.name == name)
+}
+
+/// Every parser of every collector, with the collector it belongs to.
+pub fn parsers() -> impl Iterator<Item = (&'static Spec, &'static Parser)> {
+    ALL.iter()
+        .flat_map(|spec| spec.parsers.iter().map(move |p| (*spec, p)))
+}
+
+/// Everything about one collector, declared in its module as `pub const
+/// SPEC` and registered by one line in the `registry!` list above.
+pub struct Spec {
+    /// `--collector.NAME`, and the `collector` label of
+    /// `node_scrape_collector_*`.
+    pub name: &'static str,
+    pub default_enabled: bool,
+    /// One line for `--help`.
+    pub help: &'static str,
+    /// The collector's own options, `--collector.NAME.*`.
+    pub flags: &'static [Flag],
+    pub build: Build,
+    /// The files it reads. Tests corrupt each one in a copy of the fixture
+    /// tree and feed its fixtures to the parser it names as seeds.
+    pub sources: &'static [Source],
+    /// Its pure parsers, one per file format.
+    pub parsers: &'static [Parser],
 }
 
 /// How a registered collector is built. Building must not fail: a source
 /// that cannot be read shows up as a failed scrape, not a startup error.
 pub type Build = fn(&Settings) -> Box<dyn Collector>;
 
-pub struct Spec {
-    pub name: &'static str,
-    pub default_enabled: bool,
-    pub help: &'static str,
-    pub build: Build,
+/// Which mount a [`Source`] is under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root {
+    /// `--path.procfs`; fixtures in exporter/tests/fixtures/{proc,large}.
+    Procfs,
+    /// `--path.sysfs`; fixtures in exporter/tests/fixtures/sys.
+    Sysfs,
 }
 
-/// Every collector, in output order.
-pub const ALL: &[Spec] = &[
-    Spec {
-        name: "stat",
-        default_enabled: true,
-        help: "CPU time per mode, interrupts, context switches, forks and procs from /proc/stat",
-        build: stat::build,
-    },
-    Spec {
-        name: "softirqs",
-        default_enabled: true,
-        help: "Softirq counts per CPU and type from /proc/softirqs",
-        build: softirqs::build,
-    },
-    Spec {
-        name: "loadavg",
-        default_enabled: true,
-        help: "Load averages from /proc/loadavg",
-        build: loadavg::build,
-    },
-    Spec {
-        name: "meminfo",
-        default_enabled: true,
-        help: "Memory statistics from /proc/meminfo",
-        build: meminfo::build,
-    },
-    Spec {
-        name: "vmstat",
-        default_enabled: true,
-        help: "Paging, reclaim and compaction counters from /proc/vmstat",
-        build: vmstat::build,
-    },
-    Spec {
-        name: "zoneinfo",
-        default_enabled: true,
-        help: "Free pages and watermarks per NUMA node and zone from /proc/zoneinfo",
-        build: zoneinfo::build,
-    },
-    Spec {
-        name: "pressure",
-        default_enabled: true,
-        help: "Pressure stall information from /proc/pressure",
-        build: pressure::build,
-    },
-    Spec {
-        name: "diskstats",
-        default_enabled: true,
-        help: "Disk I/O statistics from /proc/diskstats",
-        build: diskstats::build,
-    },
-    Spec {
-        name: "netdev",
-        default_enabled: true,
-        help: "Network interface statistics from /proc/net/dev",
-        build: netdev::build,
-    },
-    Spec {
-        name: "netstat",
-        default_enabled: true,
-        help: "Protocol statistics from /proc/net/netstat, snmp and snmp6",
-        build: netstat::build,
-    },
-    Spec {
-        name: "sockstat",
-        default_enabled: true,
-        help: "Socket statistics from /proc/net/sockstat and sockstat6",
-        build: sockstat::build,
-    },
-    Spec {
-        name: "softnet",
-        default_enabled: true,
-        help: "Per-CPU packet processing statistics from /proc/net/softnet_stat",
-        build: softnet::build,
-    },
-    Spec {
-        name: "conntrack",
-        default_enabled: true,
-        help: "Connection tracking table use and statistics",
-        build: conntrack::build,
-    },
-    Spec {
-        name: "schedstat",
-        default_enabled: true,
-        help: "Per-CPU scheduler statistics from /proc/schedstat",
-        build: schedstat::build,
-    },
-    Spec {
-        name: "interrupts",
-        default_enabled: false,
-        help: "Interrupt counts per CPU and line from /proc/interrupts (high cardinality)",
-        build: interrupts::build,
-    },
-    Spec {
-        name: "uname",
-        default_enabled: true,
-        help: "Kernel identity (node_uname_info)",
-        build: uname::build,
-    },
-];
+/// One file a collector reads.
+pub struct Source {
+    pub root: Root,
+    /// Relative to the root, e.g. `net/dev`.
+    pub path: &'static str,
+    /// The [`Parser::name`] (of the same spec) that reads it.
+    pub parser: &'static str,
+}
 
-pub fn find(name: &str) -> Option<&'static Spec> {
-    ALL.iter().find(|s| s.name == name)
+impl Source {
+    /// A file under `--path.procfs`.
+    pub const fn proc(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Procfs,
+            path,
+            parser,
+        }
+    }
+}
+
+/// A pure parser, as the tests and fuzzers see it.
+pub struct Parser {
+    /// Unique over the registry: it names the fuzz target and its corpus
+    /// directory (`fuzz/corpus/NAME`).
+    pub name: &'static str,
+    /// Parses a whole file the way the collector does and touches every
+    /// part of the result the collector reads, so a lazy part is driven to
+    /// the end; the fuzz entry point. Usually `parse_fresh` of the
+    /// module's `parse_into`.
+    pub check: fn(&str) -> Result<(), ParseError>,
+    /// The format's values are numbers: a number past u64::MAX must be an
+    /// error. False for free text (uname's sysctls).
+    pub numeric: bool,
+}
+
+impl Parser {
+    /// A parser of a format whose values are numbers.
+    pub const fn numeric(name: &'static str, check: fn(&str) -> Result<(), ParseError>) -> Parser {
+        Parser {
+            name,
+            check,
+            numeric: true,
+        }
+    }
+
+    /// A parser of free text.
+    pub const fn text(name: &'static str, check: fn(&str) -> Result<(), ParseError>) -> Parser {
+        Parser {
+            name,
+            check,
+            numeric: false,
+        }
+    }
+}
+
+/// A collector option, `--collector.NAME.OPTION VALUE`. Parsed and checked
+/// by cli.rs, so a bad value stops start-up with one line; the collector's
+/// `build` reads it from [`Settings`].
+pub struct Flag {
+    /// The whole flag without dashes: `collector.NAME.OPTION`.
+    pub name: &'static str,
+    pub help: &'static str,
+    pub default: Option<&'static str>,
+    pub kind: FlagKind,
+    /// Another flag of the same collector that cannot be given with this one.
+    pub conflicts_with: Option<&'static str>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagKind {
+    /// A regular expression, compiled once when the flag is parsed.
+    Regex,
+    /// Any string.
+    Text,
+}
+
+/// A flag's parsed value.
+#[derive(Clone, Debug)]
+pub enum FlagValue {
+    Regex(Regex),
+    Text(String),
+}
+
+impl FlagValue {
+    /// Parses `raw` as `kind`; the error is one line.
+    pub fn parse(kind: FlagKind, raw: &str) -> Result<FlagValue, String> {
+        match kind {
+            FlagKind::Text => Ok(FlagValue::Text(raw.to_string())),
+            FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
+                // regex's message spans lines (pattern, caret, cause); keep the cause.
+                e.to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or("invalid regex")
+                    .trim()
+                    .to_string()
+            }),
+        }
+    }
+}
+
+/// Settings the collectors are built from: the roots and the values of
+/// the registered flags.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub procfs: PathBuf,
+    pub sysfs: PathBuf,
+    /// Flag name → value, for every registered flag that has a value.
+    flags: Vec<(&'static str, FlagValue)>,
+}
+
+impl Settings {
+    /// The given roots and every registered flag at its default.
+    pub fn with_roots(procfs: impl Into<PathBuf>, sysfs: impl Into<PathBuf>) -> Settings {
+        let mut s = Settings {
+            procfs: procfs.into(),
+            sysfs: sysfs.into(),
+            flags: Vec::new(),
+        };
+        for flag in ALL.iter().flat_map(|spec| spec.flags) {
+            if let Some(default) = flag.default {
+                let v = FlagValue::parse(flag.kind, default)
+                    .unwrap_or_else(|e| panic!("default of --{}: {e}", flag.name));
+                s.set(flag.name, Some(v));
+            }
+        }
+        s
+    }
+
+    /// Sets (or with `None` clears) a flag's value.
+    pub fn set(&mut self, flag: &'static str, value: Option<FlagValue>) {
+        self.flags.retain(|(name, _)| *name != flag);
+        if let Some(v) = value {
+            self.flags.push((flag, v));
+        }
+    }
+
+    pub fn flag(&self, flag: &str) -> Option<&FlagValue> {
+        self.flags.iter().find(|(n, _)| *n == flag).map(|(_, v)| v)
+    }
+
+    /// A [`FlagKind::Regex`] flag's value.
+    pub fn regex(&self, flag: &str) -> Option<&Regex> {
+        match self.flag(flag) {
+            Some(FlagValue::Regex(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// A [`FlagKind::Text`] flag's value.
+    pub fn text(&self, flag: &str) -> Option<&str> {
+        match self.flag(flag) {
+            Some(FlagValue::Text(t)) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// Helpers shared by the collectors' unit tests.
 #[cfg(test)]
 pub(crate) mod test_support {
+    use std::path::{Path, PathBuf};
+
     use crate::collector::Collector;
     use crate::error::CollectError;
     use crate::exposition::{Encoder, Format};
@@ -177,5 +270,354 @@ pub(crate) mod test_support {
         let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
         c.collect(&mut enc)?;
         Ok(String::from_utf8(buf).expect("the encoder writes UTF-8"))
+    }
+
+    /// `exporter/tests/fixtures/TREE` (`proc`, `large`, `sys`).
+    pub fn fixture(tree: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(tree)
+    }
+}
+
+/// Properties every registered collector must have. They iterate [`ALL`],
+/// so a new collector is checked by registering it.
+#[cfg(test)]
+mod registry_tests {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    use proptest::prelude::*;
+    use proptest::sample::{Index, select};
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+    use super::test_support::fixture;
+    use super::*;
+    use crate::exposition::{Encoder, Format};
+
+    #[test]
+    fn names_sources_parsers_and_flags_are_consistent() {
+        let mut names = BTreeSet::new();
+        let mut parser_names = BTreeSet::new();
+        for spec in ALL {
+            assert!(names.insert(spec.name), "collector {} twice", spec.name);
+            assert!(
+                spec.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{}: collector names are [a-z_]",
+                spec.name
+            );
+            assert!(!spec.help.is_empty(), "{}: no help", spec.name);
+            for p in spec.parsers {
+                assert!(
+                    parser_names.insert(p.name),
+                    "parser name {} used twice (it names a fuzz target)",
+                    p.name
+                );
+                assert!(
+                    spec.sources.iter().any(|s| s.parser == p.name),
+                    "{}: parser {} reads no source, so it has no seeds",
+                    spec.name,
+                    p.name
+                );
+            }
+            for s in spec.sources {
+                assert!(
+                    spec.parsers.iter().any(|p| p.name == s.parser),
+                    "{}: source {} names parser {}, which {} does not declare",
+                    spec.name,
+                    s.path,
+                    s.parser,
+                    spec.name
+                );
+                assert!(!s.path.starts_with('/'), "{}: relative paths", s.path);
+            }
+            let prefix = format!("collector.{}.", spec.name);
+            for f in spec.flags {
+                assert!(
+                    f.name.starts_with(&prefix),
+                    "flag {} must start with {prefix}",
+                    f.name
+                );
+                if let Some(d) = f.default {
+                    FlagValue::parse(f.kind, d)
+                        .unwrap_or_else(|e| panic!("default of --{}: {e}", f.name));
+                }
+                if let Some(other) = f.conflicts_with {
+                    assert!(
+                        spec.flags.iter().any(|g| g.name == other),
+                        "--{} conflicts with unknown --{other}",
+                        f.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// The fixture file of a source: the captured tree's, else the
+    /// synthetic one's (sources the capture host lacked, e.g. schedstat).
+    fn fixture_of(s: &Source) -> Option<PathBuf> {
+        let trees: &[&str] = match s.root {
+            Root::Procfs => &["proc", "large"],
+            Root::Sysfs => &["sys"],
+        };
+        trees
+            .iter()
+            .map(|t| fixture(t).join(s.path))
+            .find(|p| p.is_file())
+    }
+
+    /// Each source's fixture in every tree that has one, as text.
+    fn seeds(spec: &Spec, parser: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for s in spec.sources.iter().filter(|s| s.parser == parser) {
+            for tree in ["proc", "large", "sys"] {
+                let path = fixture(tree).join(s.path);
+                if let Ok(text) = std::fs::read_to_string(&path) {
+                    out.push((format!("{tree}/{}", s.path), text));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_source_has_a_fixture_its_parser_accepts() {
+        for spec in ALL {
+            for s in spec.sources {
+                assert!(
+                    fixture_of(s).is_some(),
+                    "{}: no fixture for {} in exporter/tests/fixtures (see docs/adding-a-collector.md)",
+                    spec.name,
+                    s.path
+                );
+            }
+            for p in spec.parsers {
+                for (origin, text) in seeds(spec, p.name) {
+                    if let Err(e) = (p.check)(&text) {
+                        panic!("{}: parser {} rejects {origin}: {e}", spec.name, p.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whitespace-separated tokens of the seeds plus separators: the
+    /// alphabet of the "looks like the file" strategy.
+    fn alphabet(seeds: &[(String, String)]) -> Vec<String> {
+        let mut set: BTreeSet<String> = seeds
+            .iter()
+            .flat_map(|(_, t)| t.split_ascii_whitespace())
+            .take(4096)
+            .map(str::to_string)
+            .collect();
+        for extra in [
+            "",
+            ":",
+            "=",
+            "-1",
+            "0",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1e400",
+            "NaN",
+            "(",
+            ")",
+            ",",
+            "\t",
+            "cpu",
+            "Node",
+            "some",
+            "full",
+        ] {
+            set.insert(extra.to_string());
+        }
+        set.into_iter().collect()
+    }
+
+    /// A seed with a run of its lines replaced by up to four lines of the
+    /// seed's own tokens: input that is locally shaped like the format.
+    fn spliced(seed: &str, from: Index, to: Index, new: &[Vec<String>]) -> String {
+        let lines: Vec<&str> = seed.lines().collect();
+        let (a, b) = (from.index(lines.len() + 1), to.index(lines.len() + 1));
+        let (a, b) = (a.min(b), a.max(b));
+        let mut out = String::new();
+        for l in &lines[..a] {
+            out.push_str(l);
+            out.push('\n');
+        }
+        for l in new {
+            out.push_str(&l.join(" "));
+            out.push('\n');
+        }
+        for l in &lines[b..] {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// One table-driven property instead of a `never_panics` block per
+    /// parser: every registered parser, on arbitrary text, on arbitrary
+    /// bytes decoded lossily (what a fuzzer feeds), and on its fixtures
+    /// with lines replaced by lines of the fixture's own tokens, returns
+    /// and never panics.
+    #[test]
+    fn parsers_never_panic() {
+        let config = Config {
+            cases: 256,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        for (spec, p) in parsers() {
+            let check = p.check;
+            let ctx = |what: &str| format!("{}: parser {} on {what}", spec.name, p.name);
+            let mut runner = TestRunner::new(config.clone());
+            runner
+                .run(&"\\PC*", |s| {
+                    let _ = check(&s);
+                    Ok(())
+                })
+                .unwrap_or_else(|e| panic!("{}: {e}", ctx("text")));
+            runner
+                .run(&proptest::collection::vec(any::<u8>(), 0..512), |b| {
+                    let _ = check(&String::from_utf8_lossy(&b));
+                    Ok(())
+                })
+                .unwrap_or_else(|e| panic!("{}: {e}", ctx("bytes")));
+            let seeds = seeds(spec, p.name);
+            let tokens = alphabet(&seeds);
+            let line = proptest::collection::vec(select(tokens), 0..12);
+            let strategy = (
+                select(seeds.into_iter().map(|(_, t)| t).collect::<Vec<_>>()),
+                any::<Index>(),
+                any::<Index>(),
+                proptest::collection::vec(line, 0..4),
+            );
+            runner
+                .run(&strategy, |(seed, a, b, new)| {
+                    let _ = check(&spliced(&seed, a, b, &new));
+                    Ok::<(), TestCaseError>(())
+                })
+                .unwrap_or_else(|e| panic!("{}: {e}", ctx("spliced fixtures")));
+        }
+    }
+
+    fn copy_tree(from: &Path, to: &Path) {
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let dest = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                std::fs::create_dir_all(&dest).unwrap();
+                copy_tree(&entry.path(), &dest);
+            } else {
+                std::fs::copy(entry.path(), &dest).unwrap();
+            }
+        }
+    }
+
+    /// Whole-file and per-line edits that keep the text valid UTF-8.
+    fn edits(text: &str) -> Vec<(String, String)> {
+        let mut out = vec![
+            ("empty".to_string(), String::new()),
+            (
+                "garbage".to_string(),
+                "\u{1}garbage here\n%%% not a kernel file %%%\n:::\n".to_string(),
+            ),
+        ];
+        let lines: Vec<&str> = text.lines().collect();
+        let join = |ls: &[String]| ls.iter().map(|l| format!("{l}\n")).collect::<String>();
+        let step = lines.len().div_ceil(25).max(1);
+        for i in (0..lines.len()).step_by(step) {
+            let edit = |what: &str, f: &dyn Fn(&str) -> Option<String>| {
+                let new: Vec<String> = lines
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, l)| if j == i { f(l) } else { Some(l.to_string()) })
+                    .collect();
+                (format!("line {}: {what}", i + 1), join(&new))
+            };
+            out.push(edit("deleted", &|_| None));
+            out.push(edit("duplicated", &|l| Some(format!("{l}\n{l}"))));
+            out.push(edit("cut", &|l| {
+                let mut at = l.len() / 2;
+                while !l.is_char_boundary(at) {
+                    at -= 1;
+                }
+                Some(l[..at].to_string())
+            }));
+            out.push(edit("extra column", &|l| Some(format!("{l} 7"))));
+            out.push(edit("last column dropped", &|l| {
+                Some(l.rsplit_once(' ').map_or("", |(a, _)| a).to_string())
+            }));
+            for bad in ["18446744073709551616", "x", "-1"] {
+                out.push(edit(&format!("first number → {bad}"), &|l| {
+                    let tok = l
+                        .split(|c: char| !c.is_ascii_digit())
+                        .find(|t| !t.is_empty())?;
+                    Some(l.replacen(tok, bad, 1))
+                }));
+            }
+        }
+        out
+    }
+
+    /// What the parser rejects, the collector rejects too, naming the
+    /// file. Collectors that bypass `parse_into` on the scrape path for
+    /// speed (vmstat, netstat cache per-line decisions) are held to their
+    /// parser by this.
+    #[test]
+    fn collectors_reject_what_their_parsers_reject() {
+        let base = std::env::temp_dir().join(format!("usescope-registry-{}", std::process::id()));
+        let mut failures = Vec::new();
+        for spec in ALL {
+            let root = base.join(spec.name);
+            std::fs::create_dir_all(&root).unwrap();
+            copy_tree(&fixture("proc"), &root);
+            for s in spec.sources.iter().filter(|s| s.root == Root::Procfs) {
+                if let Some(f) = fixture_of(s)
+                    && !root.join(s.path).exists()
+                {
+                    std::fs::create_dir_all(root.join(s.path).parent().unwrap()).unwrap();
+                    std::fs::copy(f, root.join(s.path)).unwrap();
+                }
+            }
+            let mut c = (spec.build)(&Settings::with_roots(&root, fixture("sys")));
+            let mut buf = Vec::new();
+            for s in spec.sources.iter().filter(|s| s.root == Root::Procfs) {
+                let parser = spec.parsers.iter().find(|p| p.name == s.parser).unwrap();
+                let path = root.join(s.path);
+                let original = std::fs::read_to_string(&path).unwrap();
+                for (what, text) in edits(&original) {
+                    std::fs::write(&path, &text).unwrap();
+                    buf.clear();
+                    let got = c.collect(&mut Encoder::new(&mut buf, Format::PrometheusText));
+                    if let Err(pe) = (parser.check)(&text) {
+                        match got {
+                            Ok(()) => failures.push(format!(
+                                "{}: {} {what}: parser says {pe}, collector succeeds",
+                                spec.name, s.path
+                            )),
+                            Err(ce) if ce.file != path => failures.push(format!(
+                                "{}: {} {what}: error names {}",
+                                spec.name,
+                                s.path,
+                                ce.file.display()
+                            )),
+                            Err(_) => {}
+                        }
+                    }
+                }
+                std::fs::write(&path, &original).unwrap();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&base);
+        assert!(
+            failures.is_empty(),
+            "{} cases:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
 }

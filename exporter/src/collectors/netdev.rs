@@ -13,16 +13,44 @@
 //! (node_exporter's flags, one at a time) keep a Kubernetes node's hundreds
 //! of `veth*`/`cali*` interfaces out of the exposition.
 
-use std::ops::Range;
-
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::Settings;
+use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, u64_field};
+use crate::parse::{fields, lines, recycle, u64_field};
 use crate::source::{Read, SourceFile};
+
+pub const INCLUDE: &str = "collector.netdev.device-include";
+pub const EXCLUDE: &str = "collector.netdev.device-exclude";
+
+pub const SPEC: Spec = Spec {
+    name: "netdev",
+    default_enabled: true,
+    help: "Network interface statistics from /proc/net/dev",
+    flags: &[
+        Flag {
+            name: INCLUDE,
+            help: "Regexp of net devices to include (mutually exclusive with device-exclude)",
+            default: None,
+            kind: FlagKind::Regex,
+            conflicts_with: Some(EXCLUDE),
+        },
+        Flag {
+            name: EXCLUDE,
+            help: "Regexp of net devices to exclude (mutually exclusive with device-include)",
+            default: None,
+            kind: FlagKind::Regex,
+            conflicts_with: None,
+        },
+    ],
+    build,
+    sources: &[Source::proc("net/dev", "netdev")],
+    parsers: &[Parser::numeric("netdev", |t| {
+        parse_into(t, &mut Vec::new())
+    })],
+};
 
 /// Column names of the receive and transmit halves of the header.
 const RECEIVE: [&str; 8] = [
@@ -122,8 +150,10 @@ pub struct Interface<'a> {
     pub values: [u64; COLUMNS],
 }
 
-/// Checks the two header lines and returns an iterator over interfaces.
-pub fn parse(s: &str) -> Result<Interfaces<'_>, ParseError> {
+/// Checks the two header lines and parses every interface into `out`.
+/// A file with the header only (no interfaces) is valid.
+pub fn parse_into<'t>(s: &'t str, out: &mut Vec<Interface<'t>>) -> Result<(), ParseError> {
+    out.clear();
     let mut lines = lines(s);
     let first = lines
         .next()
@@ -138,9 +168,10 @@ pub fn parse(s: &str) -> Result<Interfaces<'_>, ParseError> {
         .next()
         .ok_or_else(|| ParseError::new(2, "missing the column header line"))?;
     check_columns(second)?;
-    Ok(Interfaces {
-        lines: lines.enumerate(),
-    })
+    for (i, line) in lines.enumerate() {
+        out.push(parse_interface(line, i + 3)?);
+    }
+    Ok(())
 }
 
 /// The second header line: ` face |bytes packets ...|bytes packets ...`.
@@ -164,19 +195,6 @@ fn check_columns(line: &str) -> Result<(), ParseError> {
         }
     }
     Ok(())
-}
-
-pub struct Interfaces<'a> {
-    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
-}
-
-impl<'a> Iterator for Interfaces<'a> {
-    type Item = Result<Interface<'a>, ParseError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let (i, line) = self.lines.next()?;
-        Some(parse_interface(line, i + 3))
-    }
 }
 
 /// `  eth0: 129599572    3995    0 ...`: the kernel pads the name to six
@@ -216,13 +234,6 @@ fn parse_interface(line: &str, lineno: usize) -> Result<Interface<'_>, ParseErro
     Ok(Interface { name, values })
 }
 
-/// An interface's counters with its name kept as a range into
-/// [`NetDevCollector::names`], so rows can be reused across scrapes.
-struct Row {
-    name: Range<usize>,
-    values: [u64; COLUMNS],
-}
-
 /// Which interfaces to export; the regex was validated when the flag was
 /// parsed (cli.rs).
 #[derive(Debug, Clone)]
@@ -240,47 +251,48 @@ impl DeviceFilter {
     }
 }
 
+/// The filter from the `--collector.netdev.device-*` flags, if any.
+fn filter_from(s: &Settings) -> Option<DeviceFilter> {
+    s.regex(INCLUDE)
+        .map(|r| DeviceFilter::Include(r.clone()))
+        .or_else(|| s.regex(EXCLUDE).map(|r| DeviceFilter::Exclude(r.clone())))
+}
+
 pub struct NetDevCollector {
     file: SourceFile,
     filter: Option<DeviceFilter>,
-    rows: Vec<Row>,
-    names: String,
+    /// Kept empty between scrapes; only its allocation is reused.
+    ifaces: Vec<Interface<'static>>,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(NetDevCollector {
         file: SourceFile::new(&s.procfs, "net/dev"),
-        filter: s.netdev_devices.clone(),
-        rows: Vec::new(),
-        names: String::new(),
+        filter: filter_from(s),
+        ifaces: Vec::new(),
     })
 }
 
-/// Parses `text` into the reused `rows` and `names`, keeping the
-/// interfaces `filter` passes; families are written column by column, so
-/// every interface is parsed first. A filtered-out line is still parsed,
-/// so a malformed file fails the same way whatever the filter.
-fn fill(
-    rows: &mut Vec<Row>,
-    names: &mut String,
-    text: &str,
-    filter: Option<&DeviceFilter>,
-) -> Result<(), ParseError> {
-    rows.clear();
-    names.clear();
-    for iface in parse(text)? {
-        let iface = iface?;
-        if filter.is_some_and(|f| !f.keeps(iface.name)) {
-            continue;
-        }
-        let start = names.len();
-        names.push_str(iface.name);
-        rows.push(Row {
-            name: start..names.len(),
-            values: iface.values,
-        });
+/// Drops the interfaces `filter` rejects. Every line was parsed first, so
+/// a malformed file fails the same way whatever the filter.
+fn apply(filter: Option<&DeviceFilter>, ifaces: &mut Vec<Interface>) {
+    if let Some(f) = filter {
+        ifaces.retain(|i| f.keeps(i.name));
     }
-    Ok(())
+}
+
+/// Families are written column by column, so every interface is parsed
+/// before the first is written.
+fn encode(ifaces: &[Interface], enc: &mut Encoder) {
+    if ifaces.is_empty() {
+        return;
+    }
+    for (k, desc) in DESCS.iter().enumerate() {
+        enc.family(desc);
+        for iface in ifaces {
+            enc.sample(desc, &[("device", iface.name)], iface.values[k]);
+        }
+    }
 }
 
 impl Collector for NetDevCollector {
@@ -289,19 +301,14 @@ impl Collector for NetDevCollector {
             Read::Text(t) => t,
             Read::Absent => return Ok(()),
         };
-        let parsed = fill(&mut self.rows, &mut self.names, text, self.filter.as_ref());
-        parsed.map_err(|e| self.file.parse_error(e))?;
-        if self.rows.is_empty() {
-            return Ok(());
+        let mut ifaces = recycle(std::mem::take(&mut self.ifaces));
+        let parsed = parse_into(text, &mut ifaces);
+        if parsed.is_ok() {
+            apply(self.filter.as_ref(), &mut ifaces);
+            encode(&ifaces, enc);
         }
-        for (k, desc) in DESCS.iter().enumerate() {
-            enc.family(desc);
-            for row in &self.rows {
-                let device = self.names.get(row.name.clone()).unwrap_or_default();
-                enc.sample(desc, &[("device", device)], row.values[k]);
-            }
-        }
-        Ok(())
+        self.ifaces = recycle(ifaces);
+        parsed.map_err(|e| self.file.parse_error(e))
     }
 }
 
@@ -309,7 +316,6 @@ impl Collector for NetDevCollector {
 mod tests {
     use super::*;
     use crate::exposition::Format;
-    use proptest::prelude::*;
     use std::path::Path;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/net/dev");
@@ -318,7 +324,8 @@ mod tests {
 ";
 
     fn interfaces(s: &str) -> Result<Vec<Interface<'_>>, ParseError> {
-        parse(s)?.collect()
+        let mut out = Vec::new();
+        parse_into(s, &mut out).map(|()| out)
     }
 
     #[test]
@@ -342,32 +349,6 @@ mod tests {
         assert_eq!(ifs[0].name, "enp0s31f6");
         assert_eq!(ifs[0].values[0], u64::MAX);
         assert_eq!(ifs[0].values[15], 15);
-    }
-
-    #[test]
-    fn colon_in_the_name_splits_at_the_last_colon() {
-        let s = format!(
-            "{HEADER}ibr10:30: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n  eth0:7 0 0 0 0 0 0 0 0 0 0 0 0 0 0 9\n"
-        );
-        let ifs = interfaces(&s).unwrap();
-        assert_eq!(ifs[0].name, "ibr10:30");
-        assert_eq!(ifs[0].values[0], 1);
-        assert_eq!(ifs[0].values[15], 16);
-        assert_eq!((ifs[1].name, ifs[1].values[0]), ("eth0", 7));
-        let s = format!("{HEADER}a:b:1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n");
-        assert_eq!(interfaces(&s).unwrap()[0].name, "a:b");
-    }
-
-    #[test]
-    fn errors_quote_a_short_excerpt_of_the_file() {
-        let huge = "x".repeat(10 << 20);
-        let e = interfaces(&format!("{huge}\n")).unwrap_err();
-        assert!(e.msg.len() < 100, "{}", e.msg);
-        let e = interfaces(&format!("{HEADER}{huge}: 1\n")).unwrap_err();
-        assert!(e.msg.len() < 100, "{}", e.msg);
-        let e = interfaces(&format!("{HEADER}\u{1b}[2J{huge}: 1 2\n")).unwrap_err();
-        assert!(e.msg.starts_with("\"\\u{1b}[2Jxxx"), "{}", e.msg);
-        assert!(e.msg.len() < 100, "{}", e.msg);
     }
 
     #[test]
@@ -447,6 +428,62 @@ mod tests {
         assert_eq!(String::from_utf8(again).unwrap(), out);
     }
 
+    fn devices_with(filter: DeviceFilter) -> Vec<String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
+        let mut s = Settings::with_roots(root, "/nonexistent");
+        let (flag, re) = match filter {
+            DeviceFilter::Include(r) => (INCLUDE, r),
+            DeviceFilter::Exclude(r) => (EXCLUDE, r),
+        };
+        s.set(flag, Some(crate::collectors::FlagValue::Regex(re)));
+        let out = crate::collectors::test_support::render(build(&s).as_mut()).unwrap();
+        out.lines()
+            .filter_map(|l| l.strip_prefix("node_network_receive_bytes_total{device=\""))
+            .filter_map(|l| l.split('"').next())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn device_include_and_exclude() {
+        let re = |r: &str| Regex::new(r).unwrap();
+        assert_eq!(
+            devices_with(DeviceFilter::Exclude(re("^(lo|ifb.*)$"))),
+            ["eth0"]
+        );
+        assert_eq!(
+            devices_with(DeviceFilter::Include(re("^ifb"))),
+            ["ifb0", "ifb1"]
+        );
+        assert!(devices_with(DeviceFilter::Include(re("^nothing$"))).is_empty());
+    }
+
+    #[test]
+    fn colon_in_the_name_splits_at_the_last_colon() {
+        let s = format!(
+            "{HEADER}ibr10:30: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n  eth0:7 0 0 0 0 0 0 0 0 0 0 0 0 0 0 9\n"
+        );
+        let ifs = interfaces(&s).unwrap();
+        assert_eq!(ifs[0].name, "ibr10:30");
+        assert_eq!(ifs[0].values[0], 1);
+        assert_eq!(ifs[0].values[15], 16);
+        assert_eq!((ifs[1].name, ifs[1].values[0]), ("eth0", 7));
+        let s = format!("{HEADER}a:b:1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n");
+        assert_eq!(interfaces(&s).unwrap()[0].name, "a:b");
+    }
+
+    #[test]
+    fn errors_quote_a_short_excerpt_of_the_file() {
+        let huge = "x".repeat(10 << 20);
+        let e = interfaces(&format!("{huge}\n")).unwrap_err();
+        assert!(e.msg.len() < 100, "{}", e.msg);
+        let e = interfaces(&format!("{HEADER}{huge}: 1\n")).unwrap_err();
+        assert!(e.msg.len() < 100, "{}", e.msg);
+        let e = interfaces(&format!("{HEADER}\u{1b}[2J{huge}: 1 2\n")).unwrap_err();
+        assert!(e.msg.starts_with("\"\\u{1b}[2Jxxx"), "{}", e.msg);
+        assert!(e.msg.len() < 100, "{}", e.msg);
+    }
+
     /// Renders the collector over a procfs tree whose net/dev is `content`.
     fn collect_net_dev(content: &[u8]) -> Result<String, CollectError> {
         let dir = tempfile::tempdir().unwrap();
@@ -474,45 +511,5 @@ mod tests {
         file.extend_from_slice(b"  eth2: x\n");
         let e = collect_net_dev(&file).unwrap_err();
         assert_eq!(e.line, Some(6), "{e}");
-    }
-
-    fn devices_with(filter: DeviceFilter) -> Vec<String> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
-        let mut s = Settings::with_roots(root, "/nonexistent");
-        s.netdev_devices = Some(filter);
-        let out = crate::collectors::test_support::render(build(&s).as_mut()).unwrap();
-        out.lines()
-            .filter_map(|l| l.strip_prefix("node_network_receive_bytes_total{device=\""))
-            .filter_map(|l| l.split('"').next())
-            .map(String::from)
-            .collect()
-    }
-
-    #[test]
-    fn device_include_and_exclude() {
-        let re = |r: &str| Regex::new(r).unwrap();
-        assert_eq!(
-            devices_with(DeviceFilter::Exclude(re("^(lo|ifb.*)$"))),
-            ["eth0"]
-        );
-        assert_eq!(
-            devices_with(DeviceFilter::Include(re("^ifb"))),
-            ["ifb0", "ifb1"]
-        );
-        assert!(devices_with(DeviceFilter::Include(re("^nothing$"))).is_empty());
-    }
-
-    proptest! {
-        #[test]
-        fn never_panics(s in "\\PC*") {
-            if let Ok(it) = parse(&s) { for _ in it {} }
-            if let Ok(it) = parse(&format!("{HEADER}{s}")) { for _ in it {} }
-        }
-
-        #[test]
-        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let s = String::from_utf8_lossy(&b);
-            if let Ok(it) = parse(&format!("{HEADER}{s}")) { for _ in it {} }
-        }
     }
 }

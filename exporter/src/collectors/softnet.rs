@@ -14,11 +14,23 @@
 //! node_exporter, a column the kernel does not print is not exported as 0.
 
 use crate::collector::Collector;
-use crate::collectors::Settings;
+use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{fields, hex_u64_field, lines};
-use crate::source::{Read, SourceFile};
+use crate::parse::{fields, hex_u64_field, lines, parse_fresh};
+use crate::source::SourceFile;
+
+pub const SPEC: Spec = Spec {
+    name: "softnet",
+    default_enabled: true,
+    help: "Per-CPU packet processing statistics from /proc/net/softnet_stat",
+    flags: &[],
+    build,
+    sources: &[Source::proc("net/softnet_stat", "softnet")],
+    parsers: &[Parser::numeric("softnet", |t| {
+        parse_fresh(t, parse_into).map(drop)
+    })],
+};
 
 const PROCESSED: Desc = Desc::counter(
     "node_softnet_processed_total",
@@ -94,71 +106,50 @@ pub struct CpuRow {
     pub values: [Option<u64>; COLUMNS.len()],
 }
 
-/// Parses softnet_stat row by row. Every row must have the same width (the
-/// kernel prints one format for all CPUs) and at least [`MIN_COLUMNS`].
-pub fn parse(s: &str) -> Rows<'_> {
-    Rows {
-        lines: lines(s).enumerate(),
-        width: None,
-    }
-}
-
-pub struct Rows<'a> {
-    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
-    width: Option<usize>,
-}
-
-impl Iterator for Rows<'_> {
-    type Item = Result<CpuRow, ParseError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let (i, line) = self.lines.next()?;
-        Some(self.row(i, line))
-    }
-}
-
-impl Rows<'_> {
-    fn row(&mut self, index: usize, line: &str) -> Result<CpuRow, ParseError> {
-        let lineno = index + 1;
-        let width = fields(line).count();
-        if width < MIN_COLUMNS {
-            return Err(ParseError::new(
-                lineno,
-                format!("{width} columns, at least {MIN_COLUMNS} expected"),
-            ));
-        }
-        match self.width {
-            Some(w) if w != width => {
-                return Err(ParseError::new(
-                    lineno,
-                    format!("{width} columns, but the first row has {w}"),
-                ));
-            }
-            _ => self.width = Some(width),
-        }
-        let mut row = CpuRow {
-            cpu: index as u64,
-            values: [None; COLUMNS.len()],
-        };
-        for (col, tok) in fields(line).enumerate() {
-            let v = hex_u64_field(tok, lineno, "softnet column")?;
-            if let Some(k) = COLUMNS.iter().position(|c| c.index == col) {
-                row.values[k] = Some(v);
-            } else if col == CPU_ID {
-                row.cpu = v;
-            }
-        }
-        Ok(row)
-    }
-}
-
-/// Parses `text` into the reused `rows`.
-fn fill(rows: &mut Vec<CpuRow>, text: &str) -> Result<(), ParseError> {
+/// Parses softnet_stat into `rows`, one per line. Every row must have the
+/// same width (the kernel prints one format for all CPUs) and at least
+/// [`MIN_COLUMNS`]. An empty file (no CPUs) is valid.
+pub fn parse_into(s: &str, rows: &mut Vec<CpuRow>) -> Result<(), ParseError> {
     rows.clear();
-    for row in parse(text) {
-        rows.push(row?);
+    let mut width = None;
+    for (i, line) in lines(s).enumerate() {
+        rows.push(row(&mut width, i, line)?);
     }
     Ok(())
+}
+
+/// One row; `width` is the first row's, which every other must match.
+fn row(width: &mut Option<usize>, index: usize, line: &str) -> Result<CpuRow, ParseError> {
+    let lineno = index + 1;
+    let n = fields(line).count();
+    if n < MIN_COLUMNS {
+        return Err(ParseError::new(
+            lineno,
+            format!("{n} columns, at least {MIN_COLUMNS} expected"),
+        ));
+    }
+    match *width {
+        Some(w) if w != n => {
+            return Err(ParseError::new(
+                lineno,
+                format!("{n} columns, but the first row has {w}"),
+            ));
+        }
+        _ => *width = Some(n),
+    }
+    let mut row = CpuRow {
+        cpu: index as u64,
+        values: [None; COLUMNS.len()],
+    };
+    for (col, tok) in fields(line).enumerate() {
+        let v = hex_u64_field(tok, lineno, "softnet column")?;
+        if let Some(k) = COLUMNS.iter().position(|c| c.index == col) {
+            row.values[k] = Some(v);
+        } else if col == CPU_ID {
+            row.cpu = v;
+        }
+    }
+    Ok(row)
 }
 
 pub struct SoftnetCollector {
@@ -177,12 +168,10 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl Collector for SoftnetCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let text = match self.file.read()? {
-            Read::Text(t) => t,
-            Read::Absent => return Ok(()),
-        };
-        let parsed = fill(&mut self.rows, text);
-        parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))?;
+        let rows = &mut self.rows;
+        if self.file.parse_with(|t| parse_into(t, rows))?.is_none() {
+            return Ok(());
+        }
         for (k, column) in COLUMNS.iter().enumerate() {
             if self.rows.first().is_none_or(|r| r.values[k].is_none()) {
                 continue;
@@ -203,13 +192,12 @@ impl Collector for SoftnetCollector {
 mod tests {
     use super::*;
     use crate::exposition::Format;
-    use proptest::prelude::*;
     use std::path::Path;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/net/softnet_stat");
 
     fn rows(s: &str) -> Result<Vec<CpuRow>, ParseError> {
-        parse(s).collect()
+        parse_fresh(s, parse_into)
     }
 
     #[test]
@@ -337,22 +325,5 @@ node_softnet_backlog_len{cpu=\"0\"} 0
 node_softnet_backlog_len{cpu=\"1\"} 0
 ";
         assert_eq!(out, expected);
-    }
-
-    proptest! {
-        #[test]
-        fn never_panics(s in "\\PC*") {
-            for _ in parse(&s) {}
-        }
-
-        #[test]
-        fn never_panics_on_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
-            for _ in parse(&String::from_utf8_lossy(&b)) {}
-        }
-
-        #[test]
-        fn never_panics_on_row_like_input(s in "([0-9a-f]{1,9} ?){0,20}(\n([0-9a-f]{1,9} ?){0,20}){0,4}") {
-            for _ in parse(&s) {}
-        }
     }
 }
