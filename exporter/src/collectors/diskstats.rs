@@ -495,7 +495,7 @@ impl Collector for DiskStatsCollector {
             forget_unseen(&mut self.devices, &mut self.by_name, self.scrape);
         }
         self.disks = recycle(disks);
-        parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))
+        parsed.map_err(|e| self.file.parse_error(e))
     }
 }
 

@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder, u64_label};
 use crate::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
 use crate::source::{Read, SourceFile};
@@ -161,7 +161,7 @@ impl Order {
             .get(self.first_named.unwrap_or(rows.len())..)
             .unwrap_or(&[]);
         if named.iter().any(|r| at(&r.name) == this) {
-            return Err(ParseError::new(n, format!("duplicate row {this}")));
+            return Err(ParseError::new(n, format!("duplicate row {}", excerpt(this))));
         }
         self.first_named.get_or_insert(rows.len());
         Ok(())
@@ -180,7 +180,7 @@ fn parse_row(
     // count with no space between them.
     let (label, rest) = line
         .split_once(':')
-        .ok_or_else(|| ParseError::new(n, format!("expected `NAME: counts`, found {line:?}")))?;
+        .ok_or_else(|| ParseError::new(n, format!("expected `NAME: counts`, found {}", excerpt(line))))?;
     let name = label.trim_start_matches(' ');
     if name.is_empty() || name.contains(char::is_whitespace) {
         return Err(ParseError::new(
@@ -278,7 +278,7 @@ impl Collector for InterruptsCollector {
             Read::Absent => return Ok(()),
         };
         if let Err(e) = parse_into(text, &mut self.parsed) {
-            return Err(CollectError::from_parse(self.file.path(), e));
+            return Err(self.file.parse_error(e));
         }
         let mut b = [0u8; 20];
         enc.family(&INTERRUPTS);

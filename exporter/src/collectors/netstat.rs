@@ -28,7 +28,7 @@ use regex::Regex;
 use crate::collector::Collector;
 use crate::collectors::dynamic::{DynamicFamilies, FamilyId};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, Format, MetricType, Value};
 use crate::parse::{
     after_key, fields, i64_field, is_blank, lines, plain_u64, single_field, u64_field,
@@ -189,7 +189,7 @@ fn pair<'a>(
 ) -> Result<Section<'a>, ParseError> {
     let (proto, names) = split_proto(header, header_line)?;
     let (values, line) =
-        values.ok_or_else(|| ParseError::new(header_line, format!("{proto}: no values line")))?;
+        values.ok_or_else(|| ParseError::new(header_line, format!("{}: no values line", excerpt(proto))))?;
     let (vproto, vals) = split_proto(values, line)?;
     if vproto != proto {
         return Err(ParseError::new(
@@ -487,12 +487,12 @@ impl Collector for NetStatCollector {
         for file in [&mut self.netstat, &mut self.snmp] {
             if let Read::Text(t) = file.read()? {
                 let r = emit_sections(t, &mut sel, &mut self.headers, enc);
-                r.map_err(|e| CollectError::from_parse(file.path(), e))?;
+                r.map_err(|e| file.parse_error(e))?;
             }
         }
         if let Read::Text(t) = self.snmp6.read()? {
             let r = emit_snmp6(t, &mut sel, &mut self.snmp6_names, enc);
-            r.map_err(|e| CollectError::from_parse(self.snmp6.path(), e))?;
+            r.map_err(|e| self.snmp6.parse_error(e))?;
         }
         Ok(())
     }

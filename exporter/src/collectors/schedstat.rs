@@ -12,7 +12,7 @@
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder, Value, u64_label};
 use crate::parse::{cpu_id, fields, lines, next_field, parse_fresh, u64_field};
 use crate::source::SourceFile;
@@ -116,7 +116,7 @@ fn parse_version(line: &str) -> Result<u64, ParseError> {
     if f.next() != Some("version") {
         return Err(ParseError::new(
             1,
-            format!("expected `version N`, found {line:?}"),
+            format!("expected `version N`, found {}", excerpt(line)),
         ));
     }
     let v = u64_field(next_field(&mut f, 1, "version")?, 1, "version")?;

@@ -10,7 +10,7 @@
 use crate::collector::Collector;
 use crate::collectors::dynamic::DynamicFamilies;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder, Format, MetricType};
 use crate::parse::{fields, i64_field, is_blank, lines, recycle};
 use crate::source::{Read, SourceFile};
@@ -91,7 +91,7 @@ fn line(text: &str, lineno: usize) -> Result<Line<'_>, ParseError> {
     if n == 0 || !n.is_multiple_of(2) {
         return Err(ParseError::new(
             lineno,
-            format!("{proto}: {n} tokens, expected key/value pairs"),
+            format!("{}: {n} tokens, expected key/value pairs", excerpt(proto)),
         ));
     }
     let l = Line {
@@ -103,7 +103,7 @@ fn line(text: &str, lineno: usize) -> Result<Line<'_>, ParseError> {
         if !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
             return Err(ParseError::new(
                 lineno,
-                format!("{proto}: invalid key {key:?}"),
+                format!("{}: invalid key {}", excerpt(proto), excerpt(key)),
             ));
         }
         i64_field(tok, lineno, key)?;
@@ -211,7 +211,7 @@ impl Collector for SockStatCollector {
             let r = parse_into(t, &mut lines)
                 .and_then(|()| emit(&lines, v4, self.page_size, &mut self.families, enc));
             self.lines = recycle(lines);
-            r.map_err(|e| CollectError::from_parse(file.path(), e))?;
+            r.map_err(|e| file.parse_error(e))?;
         }
         Ok(())
     }

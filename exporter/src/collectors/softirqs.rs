@@ -12,7 +12,7 @@
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder, u64_label};
 use crate::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
 use crate::source::SourceFile;
@@ -122,7 +122,7 @@ pub fn parse_into(s: &str, out: &mut Softirqs) -> Result<(), ParseError> {
 fn parse_row(line: &str, n: usize, out: &mut Softirqs) -> Result<(), ParseError> {
     let (name, values) = line
         .split_once(':')
-        .ok_or_else(|| ParseError::new(n, format!("expected `NAME: counts`, found {line:?}")))?;
+        .ok_or_else(|| ParseError::new(n, format!("expected `NAME: counts`, found {}", excerpt(line))))?;
     let name = name.trim();
     if name.is_empty() || name.contains(char::is_whitespace) {
         return Err(ParseError::new(n, format!("invalid softirq name {name:?}")));

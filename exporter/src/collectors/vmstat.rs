@@ -14,7 +14,7 @@
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, Format, MetricType, help_is_plain};
 use crate::parse::{after_key, fields, is_blank, lines, single_field, u64_field};
 use crate::source::{Read, SourceFile};
@@ -100,7 +100,7 @@ fn parse_line(line: &str, n: usize) -> Result<Field<'_>, ParseError> {
     let (Some(name), Some(value), None) = (tokens.next(), tokens.next(), tokens.next()) else {
         return Err(ParseError::new(
             n,
-            format!("expected `name value`, found {line:?}"),
+            format!("expected `name value`, found {}", excerpt(line)),
         ));
     };
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -268,7 +268,7 @@ impl Collector for VmStatCollector {
             Read::Absent => return Ok(()),
         };
         encode(text, &mut self.selection, enc)
-            .map_err(|e| CollectError::from_parse(self.file.path(), e))
+            .map_err(|e| self.file.parse_error(e))
     }
 }
 

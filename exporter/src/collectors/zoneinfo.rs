@@ -14,7 +14,7 @@
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
+use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
 use crate::parse::{KeysByLen, fields, keys_by_len, lines, recycle, u64_field};
 use crate::source::{Read, SourceFile};
@@ -283,7 +283,7 @@ pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), Parse
         let Some(zone) = zones.last_mut() else {
             return Err(ParseError::new(
                 n,
-                format!("expected `Node N, zone NAME`, found {line:?}"),
+                format!("expected `Node N, zone NAME`, found {}", excerpt(line)),
             ));
         };
         if key == "protection:" {
@@ -292,7 +292,7 @@ pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), Parse
             let (Some(value), None) = (tokens.next(), tokens.next()) else {
                 return Err(ParseError::new(
                     n,
-                    format!("expected `{key} value`, found {line:?}"),
+                    format!("expected `{key} value`, found {}", excerpt(line)),
                 ));
             };
             zone.values[idx] = Some(u64_field(value, n, key)?);
@@ -306,7 +306,7 @@ pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), Parse
 
 /// Parses `Node 0, zone   Normal`.
 fn header(line: &str, n: usize) -> Result<Zone<'_>, ParseError> {
-    let bad = || ParseError::new(n, format!("expected `Node N, zone NAME`, found {line:?}"));
+    let bad = || ParseError::new(n, format!("expected `Node N, zone NAME`, found {}", excerpt(line)));
     let mut t = fields(line).skip(1);
     let (Some(node), Some("zone"), Some(zone), None) = (t.next(), t.next(), t.next(), t.next())
     else {
@@ -329,7 +329,7 @@ fn header(line: &str, n: usize) -> Result<Zone<'_>, ParseError> {
 
 /// Parses `protection: (0, 3019, 4939, 4939, 4939)`.
 fn protection(line: &str, zone: &mut Zone, n: usize) -> Result<(), ParseError> {
-    let bad = || ParseError::new(n, format!("expected `protection: (N, …)`, found {line:?}"));
+    let bad = || ParseError::new(n, format!("expected `protection: (N, …)`, found {}", excerpt(line)));
     let list = line
         .trim()
         .strip_prefix("protection:")
@@ -376,7 +376,7 @@ impl Collector for ZoneInfoCollector {
             encode(&zones, enc);
         }
         self.zones = recycle(zones);
-        parsed.map_err(|e| CollectError::from_parse(self.file.path(), e))
+        parsed.map_err(|e| self.file.parse_error(e))
     }
 }
 
