@@ -1,6 +1,6 @@
 //! The connection layer under the axum router: our own accept loop, so that
 //! every limit an exporter on ten thousand hosts needs is explicit. The
-//! defaults are in [`Limits::default`]; docs/security-http.md is the
+//! defaults are in [`Limits::default`]; docs/security.md is the
 //! operator's view.
 //!
 //! - **Connections**: at most `max_connections` in all (lowered at start to
