@@ -43,4 +43,14 @@ for comp in rustfmt clippy; do
     command -v rustup >/dev/null && rustup component add "$comp" >/dev/null 2>&1 || true
   fi
 done
+# node_exporter, the oracle of the compatibility tests (scripts/compat-node-exporter.sh
+# and the compat_* integration tests), built from the Go module proxy.
+NODE_EXPORTER_VERSION=v1.12.1
+gobin="$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+if ! "$gobin/node_exporter" --help >/dev/null 2>&1; then
+  command -v go >/dev/null || { echo "setup: Go is needed to build node_exporter (the compatibility oracle)" >&2; exit 1; }
+  echo "setup: building node_exporter $NODE_EXPORTER_VERSION with go install"
+  (cd /tmp && go install "github.com/prometheus/node_exporter@$NODE_EXPORTER_VERSION")
+fi
+
 echo "setup: ok ($(rustc --version), $(clang --version | head -1))"
