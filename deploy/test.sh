@@ -21,6 +21,13 @@ else
   echo "FAIL systemd-analyze verify usescope.service: $out"; failed=$((failed + 1))
 fi
 
+# The unit must raise the open-file limit (held connections, docs/security.md).
+if grep -qE '^LimitNOFILE=[0-9]+' deploy/systemd/usescope.service; then
+  echo "ok   usescope.service sets LimitNOFILE"; passed=$((passed + 1))
+else
+  echo "FAIL usescope.service sets no LimitNOFILE"; failed=$((failed + 1))
+fi
+
 venv=${KUBERNETES_VALIDATE_VENV:-/var/tmp/usescope-kv}
 if [ ! -x "$venv/bin/kubernetes-validate" ]; then
   python3 -m venv "$venv"

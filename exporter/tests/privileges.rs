@@ -244,3 +244,59 @@ fn unknown_runtime_user_fails_startup_with_one_line() {
         "{err}"
     );
 }
+
+/// Started unprivileged (no CAP_SETPCAP), the bounding set cannot be
+/// emptied: the log must say so instead of claiming it was.
+#[test]
+fn an_unprivileged_start_says_the_bounding_set_stayed() {
+    if !can_run_bpf("an_unprivileged_start_says_the_bounding_set_stayed") {
+        return;
+    }
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(common::bin());
+    let d = Daemon::try_start_with(
+        cmd,
+        &[
+            "--no-probe.runqlat",
+            "--no-probe.cachestat",
+            "--no-probe.drops",
+        ],
+    )
+    .expect("usescope as uid 65534");
+    let line = d
+        .wait_for_log("with no capabilities", std::time::Duration::from_secs(10))
+        .expect("a line saying what was dropped");
+    assert!(line.contains("bounding set unchanged"), "{line}");
+    assert!(!line.contains("bounding set empty"), "{line}");
+    assert!(d.stop().success());
+}
+
+/// systemd and many containers start services with a soft open-file limit
+/// of 1024; usescope raises it to the hard limit, as Go programs do.
+#[test]
+fn the_soft_open_file_limit_is_raised_to_the_hard_limit() {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        "ulimit -Sn 1024 && ulimit -Hn 4096 && exec \"$0\" \"$@\"",
+    ])
+    .arg(common::bin());
+    let d = Daemon::try_start_with(
+        cmd,
+        &[
+            "--no-probe.runqlat",
+            "--no-probe.cachestat",
+            "--no-probe.drops",
+        ],
+    )
+    .expect("usescope under ulimit -Sn 1024");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.child.id())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers, ["4096", "4096"], "{line}");
+    assert!(d.stop().success());
+}
