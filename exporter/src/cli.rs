@@ -167,6 +167,9 @@ fn collector_flag(flag: &'static collectors::Flag) -> Arg {
     if let Some(other) = flag.conflicts_with {
         arg = arg.conflicts_with(other);
     }
+    if kind == collectors::FlagKind::TextList {
+        arg = arg.action(ArgAction::Append);
+    }
     arg
 }
 
@@ -224,7 +227,20 @@ where
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
     for flag in collectors::ALL.iter().flat_map(|spec| spec.flags) {
-        settings.set(flag.name, m.get_one::<FlagValue>(flag.name).cloned());
+        let value = match flag.kind {
+            // Every occurrence, in order, as one list.
+            collectors::FlagKind::TextList => m.get_many::<FlagValue>(flag.name).map(|vs| {
+                FlagValue::TextList(
+                    vs.flat_map(|v| match v {
+                        FlagValue::TextList(t) => t.clone(),
+                        _ => Vec::new(),
+                    })
+                    .collect(),
+                )
+            }),
+            _ => m.get_one::<FlagValue>(flag.name).cloned(),
+        };
+        settings.set(flag.name, value);
     }
     let enabled_probes = probes::ALL
         .iter()

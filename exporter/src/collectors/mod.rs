@@ -53,6 +53,8 @@ registry! {
     uname,
     filefd,
     entropy,
+    // Last: it checks its families against everything written before it.
+    textfile,
 }
 
 pub fn find(name: &str) -> Option<&'static Spec> {
@@ -95,6 +97,20 @@ pub enum Root {
     Procfs,
     /// `--path.sysfs`; fixtures in exporter/tests/fixtures/sys.
     Sysfs,
+    /// `--collector.textfile.directory`; fixtures in
+    /// exporter/tests/fixtures/textfile.
+    Textfile,
+}
+
+impl Root {
+    /// The fixture trees (under exporter/tests/fixtures) for this root.
+    pub fn fixture_trees(self) -> &'static [&'static str] {
+        match self {
+            Root::Procfs => &["proc", "large"],
+            Root::Sysfs => &["sys"],
+            Root::Textfile => &["textfile"],
+        }
+    }
 }
 
 /// One file a collector reads.
@@ -111,6 +127,24 @@ impl Source {
     pub const fn proc(path: &'static str, parser: &'static str) -> Source {
         Source {
             root: Root::Procfs,
+            path,
+            parser,
+        }
+    }
+
+    /// A file under `--path.sysfs`.
+    pub const fn sys(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Sysfs,
+            path,
+            parser,
+        }
+    }
+
+    /// A file in a textfile directory.
+    pub const fn textfile(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Textfile,
             path,
             parser,
         }
@@ -171,6 +205,8 @@ pub enum FlagKind {
     Regex,
     /// Any string.
     Text,
+    /// Any string, repeatable: every value given is kept, in order.
+    TextList,
 }
 
 /// A flag's parsed value.
@@ -178,6 +214,7 @@ pub enum FlagKind {
 pub enum FlagValue {
     Regex(Regex),
     Text(String),
+    TextList(Vec<String>),
 }
 
 impl FlagValue {
@@ -185,6 +222,7 @@ impl FlagValue {
     pub fn parse(kind: FlagKind, raw: &str) -> Result<FlagValue, String> {
         match kind {
             FlagKind::Text => Ok(FlagValue::Text(raw.to_string())),
+            FlagKind::TextList => Ok(FlagValue::TextList(vec![raw.to_string()])),
             FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
                 // regex's message spans lines (pattern, caret, cause); keep the cause.
                 e.to_string()
@@ -251,6 +289,14 @@ impl Settings {
         match self.flag(flag) {
             Some(FlagValue::Text(t)) => Some(t),
             _ => None,
+        }
+    }
+
+    /// A [`FlagKind::TextList`] flag's values (none if not given).
+    pub fn texts(&self, flag: &str) -> &[String] {
+        match self.flag(flag) {
+            Some(FlagValue::TextList(t)) => t,
+            _ => &[],
         }
     }
 }
@@ -358,11 +404,8 @@ mod registry_tests {
     /// The fixture file of a source: the captured tree's, else the
     /// synthetic one's (sources the capture host lacked, e.g. schedstat).
     fn fixture_of(s: &Source) -> Option<PathBuf> {
-        let trees: &[&str] = match s.root {
-            Root::Procfs => &["proc", "large"],
-            Root::Sysfs => &["sys"],
-        };
-        trees
+        s.root
+            .fixture_trees()
             .iter()
             .map(|t| fixture(t).join(s.path))
             .find(|p| p.is_file())
@@ -372,7 +415,7 @@ mod registry_tests {
     fn seeds(spec: &Spec, parser: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for s in spec.sources.iter().filter(|s| s.parser == parser) {
-            for tree in ["proc", "large", "sys"] {
+            for tree in s.root.fixture_trees() {
                 let path = fixture(tree).join(s.path);
                 if let Ok(text) = std::fs::read_to_string(&path) {
                     out.push((format!("{tree}/{}", s.path), text));
