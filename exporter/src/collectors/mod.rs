@@ -22,6 +22,7 @@ use crate::collector::Collector;
 use crate::error::ParseError;
 
 pub mod dynamic;
+pub mod sysfs;
 
 /// Declares each collector module and lists its `SPEC` in [`ALL`], in the
 /// same order: registering a collector is one line here.
@@ -53,6 +54,7 @@ registry! {
     uname,
     filefd,
     entropy,
+    thermal_zone,
     // Last: it checks its families against everything written before it.
     textfile,
 }
