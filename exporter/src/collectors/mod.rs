@@ -54,6 +54,7 @@ registry! {
     uname,
     filefd,
     entropy,
+    hwmon,
     thermal_zone,
     // Last: it checks its families against everything written before it.
     textfile,
