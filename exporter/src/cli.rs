@@ -121,6 +121,12 @@ pub fn command() -> Command {
                 .help("sysfs mountpoint"),
         )
         .arg(
+            Arg::new("path.udev.data")
+                .long("path.udev.data")
+                .default_value("/run/udev/data")
+                .help("udev data path"),
+        )
+        .arg(
             Arg::new("collector.disable-defaults")
                 .long("collector.disable-defaults")
                 .action(ArgAction::SetTrue)
@@ -226,6 +232,7 @@ where
         .map(|c| c.name)
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
+    settings.udev = Some(s("path.udev.data").into());
     for flag in collectors::ALL.iter().flat_map(|spec| spec.flags) {
         let value = match flag.kind {
             // Every occurrence, in order, as one list.

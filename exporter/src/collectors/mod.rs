@@ -103,6 +103,8 @@ pub enum Root {
     /// `--collector.textfile.directory`; fixtures in
     /// exporter/tests/fixtures/textfile.
     Textfile,
+    /// `--path.udev.data`; fixtures in exporter/tests/fixtures/udev.
+    Udev,
 }
 
 impl Root {
@@ -112,6 +114,7 @@ impl Root {
             Root::Procfs => &["proc", "large"],
             Root::Sysfs => &["sys"],
             Root::Textfile => &["textfile"],
+            Root::Udev => &["udev"],
         }
     }
 }
@@ -139,6 +142,15 @@ impl Source {
     pub const fn sys(path: &'static str, parser: &'static str) -> Source {
         Source {
             root: Root::Sysfs,
+            path,
+            parser,
+        }
+    }
+
+    /// A file in the udev database (`--path.udev.data`).
+    pub const fn udev(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Udev,
             path,
             parser,
         }
@@ -245,6 +257,9 @@ impl FlagValue {
 pub struct Settings {
     pub procfs: PathBuf,
     pub sysfs: PathBuf,
+    /// `--path.udev.data`; `None` (the default here, so tests do not see
+    /// the host's database) reads no udev data.
+    pub udev: Option<PathBuf>,
     /// Flag name → value, for every registered flag that has a value.
     flags: Vec<(&'static str, FlagValue)>,
 }
@@ -255,6 +270,7 @@ impl Settings {
         let mut s = Settings {
             procfs: procfs.into(),
             sysfs: sysfs.into(),
+            udev: None,
             flags: Vec::new(),
         };
         for flag in ALL.iter().flat_map(|spec| spec.flags) {
