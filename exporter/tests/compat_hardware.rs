@@ -90,9 +90,16 @@ struct Parsed {
 }
 
 fn own(name: &str) -> bool {
-    ["go_", "promhttp_", "process_", "usescope_", "node_scrape_collector_", "node_exporter_"]
-        .iter()
-        .any(|p| name.starts_with(p))
+    [
+        "go_",
+        "promhttp_",
+        "process_",
+        "usescope_",
+        "node_scrape_collector_",
+        "node_exporter_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
 }
 
 /// A small reader of the text format as both exporters write it (label
@@ -221,7 +228,11 @@ fn hwmon_and_thermal_zone_match_node_exporter() {
         "--collector.thermal_zone".to_string(),
     ];
     let (n, u) = both(&ne, &args);
-    assert!(n.samples.keys().any(|k| k.starts_with("node_hwmon_temp_celsius{")));
+    assert!(
+        n.samples
+            .keys()
+            .any(|k| k.starts_with("node_hwmon_temp_celsius{"))
+    );
     assert!(n.families.len() > 30, "{:?}", n.families.keys());
     assert_eq!(
         differences(&n, &u, |_| true),
@@ -275,8 +286,16 @@ fn disk_udev_info_matches_node_exporter() {
     let (n, u) = both(&ne, &args);
     let _ = std::fs::remove_dir_all(&proc);
     let _ = std::fs::remove_dir_all(&sys_root);
-    assert!(n.samples.keys().any(|k| k.starts_with("node_disk_device_mapper_info{")));
-    assert!(n.samples.keys().any(|k| k.starts_with("node_disk_ata_write_cache{")));
+    assert!(
+        n.samples
+            .keys()
+            .any(|k| k.starts_with("node_disk_device_mapper_info{"))
+    );
+    assert!(
+        n.samples
+            .keys()
+            .any(|k| k.starts_with("node_disk_ata_write_cache{"))
+    );
     assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
 }
 

@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn filenames() {
-        let e = |s: &str| explode(s).map(|(t, n, p)| (t, n, p));
+        let e = explode;
         assert_eq!(e("temp1_input"), Some(("temp".into(), 1, "input".into())));
         assert_eq!(e("in0_max"), Some(("in".into(), 0, "max".into())));
         assert_eq!(e("pwm1"), Some(("pwm".into(), 1, "".into())));

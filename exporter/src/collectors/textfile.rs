@@ -410,7 +410,7 @@ pub fn go_format_float(f: f64) -> String {
     let e = format!("{f:e}");
     let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
-    if exp < -4 || exp >= 6 {
+    if !(-4..6).contains(&exp) {
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
     } else {
