@@ -56,6 +56,7 @@ registry! {
     entropy,
     hwmon,
     thermal_zone,
+    edac,
     // Last: it checks its families against everything written before it.
     textfile,
 }
