@@ -1,6 +1,6 @@
 //! node_exporter and usescope on the same fixture trees: the same families
 //! (HELP and TYPE), label sets and values for textfile, hwmon,
-//! thermal_zone, edac and diskstats' udev families. The differences that remain
+//! thermal_zone, edac, nvme and diskstats' udev families. The differences that remain
 //! are listed here, each with its reason, and asserted exactly: a new
 //! difference fails, and so does one that went away.
 //!
@@ -218,8 +218,8 @@ fn set(lines: &[&str]) -> BTreeSet<String> {
 }
 
 #[test]
-fn hwmon_thermal_zone_and_edac_match_node_exporter() {
-    let Some(ne) = node_exporter("hwmon_thermal_zone_and_edac_match_node_exporter") else {
+fn sysfs_collectors_match_node_exporter() {
+    let Some(ne) = node_exporter("sysfs_collectors_match_node_exporter") else {
         return;
     };
     let args = vec![

@@ -57,6 +57,7 @@ registry! {
     hwmon,
     thermal_zone,
     edac,
+    nvme,
     // Last: it checks its families against everything written before it.
     textfile,
 }
