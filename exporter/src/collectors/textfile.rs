@@ -1173,7 +1173,12 @@ impl TextfileCollector {
                     };
                     FileEntry {
                         label: label.clone(),
-                        key: if parsed.is_ok() { Some(k) } else { None },
+                        // A bad file is not read again until it changes; one
+                        // left out by the size bound is tried every scrape.
+                        key: match &parsed {
+                            Err(e) if e.msg.contains("in all; this one is not read") => None,
+                            _ => Some(k),
+                        },
                         mtime: m.mtime(),
                         parsed,
                     }
@@ -1963,6 +1968,8 @@ mod tests {
         let out = render(&mut c).unwrap();
         assert!(!out.contains("\na "), "{out}");
         assert!(out.ends_with("node_textfile_scrape_error 1\n"));
+        // Not read again while unchanged, and still an error.
+        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 1\n"));
         std::fs::remove_file(&f).unwrap();
         assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 0\n"));
         // A FIFO is refused without blocking.
