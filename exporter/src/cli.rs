@@ -121,6 +121,12 @@ pub fn command() -> Command {
                 .help("sysfs mountpoint"),
         )
         .arg(
+            Arg::new("path.udev.data")
+                .long("path.udev.data")
+                .default_value("/run/udev/data")
+                .help("udev data path"),
+        )
+        .arg(
             Arg::new("collector.disable-defaults")
                 .long("collector.disable-defaults")
                 .action(ArgAction::SetTrue)
@@ -166,6 +172,9 @@ fn collector_flag(flag: &'static collectors::Flag) -> Arg {
     }
     if let Some(other) = flag.conflicts_with {
         arg = arg.conflicts_with(other);
+    }
+    if kind == collectors::FlagKind::TextList {
+        arg = arg.action(ArgAction::Append);
     }
     arg
 }
@@ -223,8 +232,22 @@ where
         .map(|c| c.name)
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
+    settings.udev = Some(s("path.udev.data").into());
     for flag in collectors::ALL.iter().flat_map(|spec| spec.flags) {
-        settings.set(flag.name, m.get_one::<FlagValue>(flag.name).cloned());
+        let value = match flag.kind {
+            // Every occurrence, in order, as one list.
+            collectors::FlagKind::TextList => m.get_many::<FlagValue>(flag.name).map(|vs| {
+                FlagValue::TextList(
+                    vs.flat_map(|v| match v {
+                        FlagValue::TextList(t) => t.clone(),
+                        _ => Vec::new(),
+                    })
+                    .collect(),
+                )
+            }),
+            _ => m.get_one::<FlagValue>(flag.name).cloned(),
+        };
+        settings.set(flag.name, value);
     }
     let enabled_probes = probes::ALL
         .iter()

@@ -70,6 +70,8 @@ pub enum MetricType {
     /// `node_netstat_*`); OpenMetrics calls this `unknown`.
     Untyped,
     Histogram,
+    /// Only the textfile collector re-exports summaries.
+    Summary,
 }
 
 /// A metric family's static description. Declare these as `const`s next to
@@ -163,6 +165,12 @@ impl<'b> Encoder<'b> {
         self.format
     }
 
+    /// What has been written so far in this scrape (the textfile collector
+    /// checks its families against the built-in ones).
+    pub fn written(&self) -> &[u8] {
+        self.buf
+    }
+
     /// Current length of the output, so a failed collector's partial output
     /// can be cut off again with [`Encoder::truncate`].
     pub fn mark(&self) -> usize {
@@ -194,6 +202,7 @@ impl<'b> Encoder<'b> {
             (MetricType::Counter, _) => "counter",
             (MetricType::Gauge, _) => "gauge",
             (MetricType::Histogram, _) => "histogram",
+            (MetricType::Summary, _) => "summary",
             (MetricType::Untyped, Format::PrometheusText) => "untyped",
             (MetricType::Untyped, Format::OpenMetrics) => "unknown",
         };

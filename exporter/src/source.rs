@@ -104,6 +104,12 @@ impl SourceFile {
         &self.path
     }
 
+    /// The file's line numbers that the last read left out as invalid
+    /// UTF-8 (the textfile collector refuses such a file whole).
+    pub fn dropped_lines(&self) -> &[usize] {
+        &self.skipped
+    }
+
     /// Reads the whole file. ENOENT (and ENOTDIR, for a missing parent)
     /// becomes [`Read::Absent`]; any other failure, including a file that
     /// is not a regular file or is over [`MAX_FILE_BYTES`], is a

@@ -26,6 +26,7 @@ fn scrape_fixture(tree: &Path, extra: &[&str]) -> String {
     let mut args = vec![
         format!("--path.procfs={}", tree.display()),
         format!("--path.sysfs={}", fixture("sys").display()),
+        format!("--path.udev.data={}", fixture("udev").display()),
         "--collector.interrupts".to_string(),
         "--no-probe.runqlat".to_string(),
         "--no-probe.cachestat".to_string(),

@@ -37,6 +37,44 @@ fn promtool_check_metrics_on_real_proc() {
         expo.contains("node_cpu_seconds_total{"),
         "no CPU metrics on the real /proc"
     );
+    lint(&expo);
+}
+
+/// The sysfs collectors on the fixture tree (this machine has no hwmon or
+/// thermal zones) and the textfile collector re-encoding the good fixture
+/// files: histograms, summaries, escapes, NaN and infinities.
+#[test]
+fn promtool_check_metrics_on_hardware_and_textfile_fixtures() {
+    if !promtool_available("promtool_check_metrics_on_hardware_and_textfile_fixtures") {
+        return;
+    }
+    let f = common::fixture;
+    let d = Daemon::start(&[
+        &format!("--path.sysfs={}", f("sys").display()),
+        &format!("--path.udev.data={}", f("udev").display()),
+        &format!(
+            "--collector.textfile.directory={}",
+            f("textfile/good").display()
+        ),
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ]);
+    let expo = d.scrape();
+    for family in [
+        "node_hwmon_temp_celsius",
+        "node_thermal_zone_temp",
+        "app_request_duration_seconds_bucket",
+        "app_rpc_seconds_count",
+    ] {
+        assert!(expo.contains(family), "{family} missing");
+    }
+    lint(&expo);
+}
+
+/// promtool check metrics on `expo`: it must parse, and every lint problem
+/// must be one of node_exporter's own (see below).
+fn lint(expo: &str) {
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -41,8 +41,15 @@ pub fn text_targets() -> Vec<Target> {
             seeds: spec
                 .sources
                 .iter()
-                .filter(|s| s.parser == p.name && s.root == Root::Procfs)
-                .map(|s| s.path)
+                .filter(|s| s.parser == p.name)
+                .map(|s| match s.root {
+                    Root::Procfs => s.path,
+                    // Relative to a /proc fixture root, like the others:
+                    // `../sys/class/...` from exporter/tests/fixtures/proc.
+                    other => &*Box::leak(
+                        format!("../{}/{}", other.fixture_trees()[0], s.path).into_boxed_str(),
+                    ),
+                })
                 .collect(),
         })
         .collect();

@@ -46,10 +46,14 @@ pub const SPEC: Spec = Spec {
         conflicts_with: None,
     }],
     build,
-    sources: &[Source::proc("diskstats", "diskstats")],
-    parsers: &[Parser::numeric("diskstats", |t| {
-        parse_into(t, &mut Vec::new())
-    })],
+    sources: &[
+        Source::proc("diskstats", "diskstats"),
+        Source::udev("b254:0", "udev"),
+    ],
+    parsers: &[
+        Parser::numeric("diskstats", |t| parse_into(t, &mut Vec::new())),
+        Parser::text("udev", |t| parse_udev_into(t, &mut Vec::new())),
+    ],
 };
 
 /// Counters after `major minor name` on the widest line usescope reads.
@@ -63,6 +67,32 @@ const SECONDS_PER_MS: f64 = 1.0 / 1000.0;
 const SECTOR_BYTES: f64 = 512.0;
 
 const INFO: Desc = Desc::gauge("node_disk_info", "Info of /sys/block/<block_device>.");
+const DM_INFO: Desc = Desc::gauge(
+    "node_disk_device_mapper_info",
+    "Info about disk device mapper.",
+);
+const FS_INFO: Desc = Desc::gauge("node_disk_filesystem_info", "Info about disk filesystem.");
+/// node_exporter's ATA families, from udev properties of ATA disks.
+const ATA: [(&str, Desc); 3] = [
+    (
+        "ID_ATA_ROTATION_RATE_RPM",
+        Desc::gauge(
+            "node_disk_ata_rotation_rate_rpm",
+            "ATA disk rotation rate in RPMs (0 for SSDs).",
+        ),
+    ),
+    (
+        "ID_ATA_WRITE_CACHE",
+        Desc::gauge("node_disk_ata_write_cache", "ATA disk has a write cache."),
+    ),
+    (
+        "ID_ATA_WRITE_CACHE_ENABLED",
+        Desc::gauge(
+            "node_disk_ata_write_cache_enabled",
+            "ATA disk has its write cache enabled.",
+        ),
+    ),
+];
 
 /// How a counter column becomes a sample value.
 #[derive(Clone, Copy)]
@@ -265,22 +295,123 @@ fn parse_line(line: &str, lineno: usize) -> Result<Disk<'_>, ParseError> {
     })
 }
 
-/// `node_disk_info` labels read from sysfs. node_exporter takes most of
-/// them from udev's database; sysfs holds the same strings for NVMe (model,
-/// serial, firmware, wwid) and virtio (serial). For SCSI/ATA disks udev
-/// rewrites them (underscores for spaces, `0x` WWNs), so those may differ;
-/// `path` exists only in udev and is left empty.
+/// Parses a udev database file (`/run/udev/data/b8:0`) into its device
+/// properties, the `E:KEY=VALUE` lines; other lines (`S:` links, `I:`,
+/// `G:` tags...) are skipped, as node_exporter skips them. Never fails:
+/// every line is either a property or ignored.
+pub fn parse_udev_into(text: &str, out: &mut Vec<(String, String)>) -> Result<(), ParseError> {
+    out.clear();
+    for line in text.lines() {
+        if let Some((k, v)) = line.strip_prefix("E:").and_then(|p| p.split_once('=')) {
+            // A later line with the same key wins, as in node_exporter's map.
+            out.retain(|(key, _)| key != k);
+            out.push((k.to_string(), v.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Most bytes of one udev database file read (they are a few KB).
+const MAX_UDEV_BYTES: u64 = 1 << 20;
+
+/// The properties of block device `major:minor` in the udev database
+/// `dir`; `None` if there is no readable file for it.
+fn udev_properties(dir: &Path, major: u64, minor: u64) -> Option<Vec<(String, String)>> {
+    let path = dir.join(format!("b{major}:{minor}"));
+    if !std::fs::metadata(&path).ok()?.is_file() {
+        return None;
+    }
+    let mut raw = Vec::new();
+    std::fs::File::open(&path)
+        .ok()?
+        .take(MAX_UDEV_BYTES)
+        .read_to_end(&mut raw)
+        .ok()?;
+    let mut out = Vec::new();
+    parse_udev_into(&String::from_utf8_lossy(&raw), &mut out).ok()?;
+    Some(out)
+}
+
+/// `node_disk_info` labels and the udev-only families of one device.
+///
+/// With `--path.udev.data` a directory and a database file for the device,
+/// the labels are node_exporter's: udev's `ID_PATH`, `ID_WWN`, `ID_MODEL`,
+/// `SCSI_IDENT_SERIAL` (else `ID_SERIAL_SHORT`, else `ID_SERIAL`) and
+/// `ID_REVISION`. Without one (no udev in a container, a device udev has
+/// not seen), they are read from sysfs, which holds the same strings for
+/// NVMe (model, serial, firmware, wwid) and virtio (serial); node_exporter
+/// leaves them empty then. For SCSI/ATA disks udev rewrites the strings
+/// (underscores for spaces, `0x` WWNs), so sysfs values may differ from
+/// udev's; `path` exists only in udev.
 #[derive(Debug, Default)]
 struct Info {
+    path: String,
     wwn: String,
     model: String,
     serial: String,
     revision: String,
     rotational: String,
+    /// `node_disk_device_mapper_info`: name, uuid, vg_name, lv_name, lv_layer.
+    dm: Option<[String; 5]>,
+    /// `node_disk_filesystem_info`: type, usage, uuid, version.
+    fs: Option<[String; 4]>,
+    /// node_exporter's ATA families that the device has a number for.
+    ata: Vec<(usize, f64)>,
 }
 
 impl Info {
-    fn read(sysfs: &Path, device: &str) -> Info {
+    fn read(sysfs: &Path, udev: Option<&Path>, device: &str, major: u64, minor: u64) -> Info {
+        if let Some(props) = udev.and_then(|d| udev_properties(d, major, minor)) {
+            return Info::from_udev(sysfs, device, &props);
+        }
+        Info::from_sysfs(sysfs, device)
+    }
+
+    fn from_udev(sysfs: &Path, device: &str, props: &[(String, String)]) -> Info {
+        let get = |k: &str| {
+            props
+                .iter()
+                .find(|(key, _)| key == k)
+                .map_or("", |(_, v)| v.as_str())
+        };
+        let serial = ["SCSI_IDENT_SERIAL", "ID_SERIAL_SHORT", "ID_SERIAL"]
+            .into_iter()
+            .map(get)
+            .find(|s| !s.is_empty())
+            .unwrap_or("");
+        let owned = |keys: &[&str]| keys.iter().map(|k| get(k).to_string()).collect::<Vec<_>>();
+        let dm = (!get("DM_NAME").is_empty()).then(|| {
+            let v = owned(&["DM_NAME", "DM_UUID", "DM_VG_NAME", "DM_LV_NAME", "DM_LV_LAYER"]);
+            [0, 1, 2, 3, 4].map(|i| v[i].clone())
+        });
+        let fs = (!get("ID_FS_TYPE").is_empty()).then(|| {
+            let v = owned(&["ID_FS_TYPE", "ID_FS_USAGE", "ID_FS_UUID", "ID_FS_VERSION"]);
+            [0, 1, 2, 3].map(|i| v[i].clone())
+        });
+        let mut ata = Vec::new();
+        if !get("ID_ATA").is_empty() {
+            for (i, (key, _)) in ATA.iter().enumerate() {
+                if let Some((_, v)) = props.iter().find(|(k, _)| k == key)
+                    && let Some(n) = crate::collectors::textfile::go_parse_float(v)
+                {
+                    ata.push((i, n));
+                }
+            }
+        }
+        Info {
+            path: get("ID_PATH").to_string(),
+            wwn: get("ID_WWN").to_string(),
+            model: get("ID_MODEL").to_string(),
+            serial: serial.to_string(),
+            revision: get("ID_REVISION").to_string(),
+            rotational: Info::from_sysfs(sysfs, device).rotational,
+            dm,
+            fs,
+            ata,
+        }
+    }
+
+    fn from_sysfs(sysfs: &Path, device: &str) -> Info {
         // sysfs spells '/' in block device names (cciss/c0d0) as '!'.
         let dir_name = device.replace('/', "!");
         if dir_name == "." || dir_name == ".." {
@@ -299,6 +430,7 @@ impl Info {
                 .unwrap_or_default(),
             // node_exporter reports 0 when the queue attributes are missing.
             rotational: attr("queue/rotational").unwrap_or_else(|| "0".to_string()),
+            ..Info::default()
         }
     }
 }
@@ -336,6 +468,9 @@ struct Row {
 pub struct DiskStatsCollector {
     file: SourceFile,
     sysfs: PathBuf,
+    /// `--path.udev.data`, if it is a directory (checked at start, as
+    /// node_exporter checks it).
+    udev: Option<PathBuf>,
     /// `--collector.diskstats.device-exclude`; `None` excludes nothing.
     exclude: Option<Regex>,
     devices: Vec<Device>,
@@ -350,6 +485,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(DiskStatsCollector {
         file: SourceFile::new(&s.procfs, "diskstats"),
         sysfs: s.sysfs.clone(),
+        udev: s.udev.as_ref().filter(|d| d.is_dir()).cloned(),
         exclude: s.regex(DEVICE_EXCLUDE).cloned(),
         devices: Vec::new(),
         by_name: HashMap::new(),
@@ -363,6 +499,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 struct Tracker<'c> {
     exclude: Option<&'c Regex>,
     sysfs: &'c Path,
+    udev: Option<&'c Path>,
     devices: &'c mut Vec<Device>,
     by_name: &'c mut HashMap<String, usize>,
     scrape: u64,
@@ -402,7 +539,7 @@ impl Tracker<'_> {
     fn refresh_info(&mut self, i: usize) {
         let d = &mut self.devices[i];
         if !d.excluded {
-            d.info = Info::read(self.sysfs, &d.name);
+            d.info = Info::read(self.sysfs, self.udev, &d.name, d.major, d.minor);
         }
     }
 }
@@ -446,8 +583,7 @@ fn emit(rows: &[Row], devices: &[Device], disks: &[Disk], enc: &mut Encoder) {
                 ("device", d.name.as_str()),
                 ("major", u64_label(d.major, &mut b1)),
                 ("minor", u64_label(d.minor, &mut b2)),
-                // udev's ID_PATH; sysfs has no equivalent.
-                ("path", ""),
+                ("path", &d.info.path),
                 ("wwn", &d.info.wwn),
                 ("model", &d.info.model),
                 ("serial", &d.info.serial),
@@ -470,6 +606,60 @@ fn emit(rows: &[Row], devices: &[Device], disks: &[Disk], enc: &mut Encoder) {
             }
         }
     }
+    emit_udev_families(rows, devices, enc);
+}
+
+/// The families only udev's database has: device mapper, filesystem, ATA.
+fn emit_udev_families(rows: &[Row], devices: &[Device], enc: &mut Encoder) {
+    let info = |r: &Row| &devices[r.device];
+    if rows.iter().any(|r| info(r).info.dm.is_some()) {
+        enc.family(&DM_INFO);
+        for d in rows.iter().map(info) {
+            if let Some([name, uuid, vg, lv, layer]) = &d.info.dm {
+                enc.sample(
+                    &DM_INFO,
+                    &[
+                        ("device", d.name.as_str()),
+                        ("name", name),
+                        ("uuid", uuid),
+                        ("vg_name", vg),
+                        ("lv_name", lv),
+                        ("lv_layer", layer),
+                    ],
+                    1u64,
+                );
+            }
+        }
+    }
+    if rows.iter().any(|r| info(r).info.fs.is_some()) {
+        enc.family(&FS_INFO);
+        for d in rows.iter().map(info) {
+            if let Some([kind, usage, uuid, version]) = &d.info.fs {
+                enc.sample(
+                    &FS_INFO,
+                    &[
+                        ("device", d.name.as_str()),
+                        ("type", kind),
+                        ("usage", usage),
+                        ("uuid", uuid),
+                        ("version", version),
+                    ],
+                    1u64,
+                );
+            }
+        }
+    }
+    for (i, (_, desc)) in ATA.iter().enumerate() {
+        if !rows.iter().any(|r| info(r).info.ata.iter().any(|(k, _)| *k == i)) {
+            continue;
+        }
+        enc.family(desc);
+        for d in rows.iter().map(info) {
+            if let Some((_, v)) = d.info.ata.iter().find(|(k, _)| *k == i) {
+                enc.sample(desc, &[("device", d.name.as_str())], *v);
+            }
+        }
+    }
 }
 
 impl Collector for DiskStatsCollector {
@@ -485,6 +675,7 @@ impl Collector for DiskStatsCollector {
             let mut tracker = Tracker {
                 exclude: self.exclude.as_ref(),
                 sysfs: &self.sysfs,
+                udev: self.udev.as_deref(),
                 devices: &mut self.devices,
                 by_name: &mut self.by_name,
                 scrape: self.scrape,
@@ -700,6 +891,51 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
     }
 
     #[test]
+    fn udev_properties_give_node_exporters_labels() {
+        let mut props = Vec::new();
+        parse_udev_into("S:x\nE:A=1\nE:B=x=y\nE:NOEQ\nE:A=2\nI:5\n", &mut props).unwrap();
+        assert_eq!(props, [("B".into(), "x=y".into()), ("A".into(), "2".into())]);
+
+        let udev = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/udev");
+        let proc = TempDir::new("udev");
+        proc.write(
+            "diskstats",
+            "   8 0 sda 1 0 0 0 0 0 0 0 0 0 0\n 252 1 dm-1 1 0 0 0 0 0 0 0 0 0 0\n 254 0 vda 1 0 0 0 0 0 0 0 0 0 0\n 259 0 nvme0n1 1 0 0 0 0 0 0 0 0 0 0\n",
+        );
+        let sys = TempDir::new("udevsys");
+        sys.write("block/sda/queue/rotational", "1\n");
+        sys.write("block/nvme0n1/device/model", "Some NVMe\n");
+        let mut s = Settings::with_roots(&proc.0, &sys.0);
+        s.udev = Some(udev);
+        let out = render(build(&s).as_mut()).unwrap();
+        let lines = |prefix: &str| -> Vec<String> {
+            out.lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            lines("node_disk_info{"),
+            [
+                "node_disk_info{device=\"sda\",major=\"8\",minor=\"0\",path=\"pci-0000:3b:00.0-sas-phy7-lun-0\",wwn=\"0x7c72382b8de36a64\",model=\"TOSHIBA_KSDB4U86\",serial=\"2160A0D5FVGG\",revision=\"0102\",rotational=\"1\"} 1",
+                "node_disk_info{device=\"dm-1\",major=\"252\",minor=\"1\",path=\"\",wwn=\"\",model=\"\",serial=\"\",revision=\"\",rotational=\"0\"} 1",
+                "node_disk_info{device=\"vda\",major=\"254\",minor=\"0\",path=\"pci-0000:00:05.0\",wwn=\"\",model=\"\",serial=\"usescope-vda-0001\",revision=\"\",rotational=\"0\"} 1",
+                // No udev file for it: sysfs, as without udev.
+                "node_disk_info{device=\"nvme0n1\",major=\"259\",minor=\"0\",path=\"\",wwn=\"\",model=\"Some NVMe\",serial=\"\",revision=\"\",rotational=\"0\"} 1",
+            ]
+        );
+        let dm = lines("node_disk_device_mapper_info{");
+        assert_eq!(dm.len(), 1, "{out}");
+        assert!(dm[0].starts_with("node_disk_device_mapper_info{device=\"dm-1\",name=\""), "{dm:?}");
+        assert_eq!(
+            lines("node_disk_filesystem_info{")[0],
+            "node_disk_filesystem_info{device=\"sda\",type=\"LVM2_member\",usage=\"raid\",uuid=\"cVVv6j-HSA2-IY33-1Jmj-dO2H-YL7w-b4Oxqw\",version=\"LVM2 001\"} 1"
+        );
+        assert_eq!(lines("node_disk_ata_rotation_rate_rpm{"), ["node_disk_ata_rotation_rate_rpm{device=\"sda\"} 7200"]);
+        assert_eq!(lines("node_disk_ata_write_cache_enabled{"), ["node_disk_ata_write_cache_enabled{device=\"sda\"} 0"]);
+    }
+
+    #[test]
     fn mixed_widths_emit_each_family_for_the_devices_that_have_it() {
         let proc = TempDir::new("mixed");
         proc.write(
@@ -725,6 +961,7 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
         let mut c = DiskStatsCollector {
             file: SourceFile::new(&proc.0, "diskstats"),
             sysfs: sys.0.clone(),
+            udev: None,
             exclude: Some(Regex::new(DEFAULT_DEVICE_EXCLUDE).unwrap()),
             devices: Vec::new(),
             by_name: HashMap::new(),

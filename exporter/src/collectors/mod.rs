@@ -22,6 +22,7 @@ use crate::collector::Collector;
 use crate::error::ParseError;
 
 pub mod dynamic;
+pub mod sysfs;
 
 /// Declares each collector module and lists its `SPEC` in [`ALL`], in the
 /// same order: registering a collector is one line here.
@@ -53,6 +54,12 @@ registry! {
     uname,
     filefd,
     entropy,
+    hwmon,
+    thermal_zone,
+    edac,
+    nvme,
+    // Last: it checks its families against everything written before it.
+    textfile,
 }
 
 pub fn find(name: &str) -> Option<&'static Spec> {
@@ -95,6 +102,23 @@ pub enum Root {
     Procfs,
     /// `--path.sysfs`; fixtures in exporter/tests/fixtures/sys.
     Sysfs,
+    /// `--collector.textfile.directory`; fixtures in
+    /// exporter/tests/fixtures/textfile.
+    Textfile,
+    /// `--path.udev.data`; fixtures in exporter/tests/fixtures/udev.
+    Udev,
+}
+
+impl Root {
+    /// The fixture trees (under exporter/tests/fixtures) for this root.
+    pub fn fixture_trees(self) -> &'static [&'static str] {
+        match self {
+            Root::Procfs => &["proc", "large"],
+            Root::Sysfs => &["sys"],
+            Root::Textfile => &["textfile"],
+            Root::Udev => &["udev"],
+        }
+    }
 }
 
 /// One file a collector reads.
@@ -111,6 +135,33 @@ impl Source {
     pub const fn proc(path: &'static str, parser: &'static str) -> Source {
         Source {
             root: Root::Procfs,
+            path,
+            parser,
+        }
+    }
+
+    /// A file under `--path.sysfs`.
+    pub const fn sys(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Sysfs,
+            path,
+            parser,
+        }
+    }
+
+    /// A file in the udev database (`--path.udev.data`).
+    pub const fn udev(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Udev,
+            path,
+            parser,
+        }
+    }
+
+    /// A file in a textfile directory.
+    pub const fn textfile(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Textfile,
             path,
             parser,
         }
@@ -171,6 +222,8 @@ pub enum FlagKind {
     Regex,
     /// Any string.
     Text,
+    /// Any string, repeatable: every value given is kept, in order.
+    TextList,
 }
 
 /// A flag's parsed value.
@@ -178,6 +231,7 @@ pub enum FlagKind {
 pub enum FlagValue {
     Regex(Regex),
     Text(String),
+    TextList(Vec<String>),
 }
 
 impl FlagValue {
@@ -185,6 +239,7 @@ impl FlagValue {
     pub fn parse(kind: FlagKind, raw: &str) -> Result<FlagValue, String> {
         match kind {
             FlagKind::Text => Ok(FlagValue::Text(raw.to_string())),
+            FlagKind::TextList => Ok(FlagValue::TextList(vec![raw.to_string()])),
             FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
                 // regex's message spans lines (pattern, caret, cause); keep the cause.
                 e.to_string()
@@ -204,6 +259,9 @@ impl FlagValue {
 pub struct Settings {
     pub procfs: PathBuf,
     pub sysfs: PathBuf,
+    /// `--path.udev.data`; `None` (the default here, so tests do not see
+    /// the host's database) reads no udev data.
+    pub udev: Option<PathBuf>,
     /// Flag name → value, for every registered flag that has a value.
     flags: Vec<(&'static str, FlagValue)>,
 }
@@ -214,6 +272,7 @@ impl Settings {
         let mut s = Settings {
             procfs: procfs.into(),
             sysfs: sysfs.into(),
+            udev: None,
             flags: Vec::new(),
         };
         for flag in ALL.iter().flat_map(|spec| spec.flags) {
@@ -251,6 +310,14 @@ impl Settings {
         match self.flag(flag) {
             Some(FlagValue::Text(t)) => Some(t),
             _ => None,
+        }
+    }
+
+    /// A [`FlagKind::TextList`] flag's values (none if not given).
+    pub fn texts(&self, flag: &str) -> &[String] {
+        match self.flag(flag) {
+            Some(FlagValue::TextList(t)) => t,
+            _ => &[],
         }
     }
 }
@@ -358,11 +425,8 @@ mod registry_tests {
     /// The fixture file of a source: the captured tree's, else the
     /// synthetic one's (sources the capture host lacked, e.g. schedstat).
     fn fixture_of(s: &Source) -> Option<PathBuf> {
-        let trees: &[&str] = match s.root {
-            Root::Procfs => &["proc", "large"],
-            Root::Sysfs => &["sys"],
-        };
-        trees
+        s.root
+            .fixture_trees()
             .iter()
             .map(|t| fixture(t).join(s.path))
             .find(|p| p.is_file())
@@ -372,7 +436,7 @@ mod registry_tests {
     fn seeds(spec: &Spec, parser: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for s in spec.sources.iter().filter(|s| s.parser == parser) {
-            for tree in ["proc", "large", "sys"] {
+            for tree in s.root.fixture_trees() {
                 let path = fixture(tree).join(s.path);
                 if let Ok(text) = std::fs::read_to_string(&path) {
                     out.push((format!("{tree}/{}", s.path), text));

@@ -1,0 +1,211 @@
+//! /sys/devices/system/edac/mc → `node_edac_*`: node_exporter's edac
+//! collector (collector/edac_linux.go): corrected and uncorrected memory
+//! errors per memory controller, chip-select row and channel.
+//!
+//! Each `mcN` has `ce_count`, `ue_count` and the errors that could not be
+//! placed (`ce_noinfo_count`, `ue_noinfo_count`, exported as
+//! `csrow="unknown"`); each `csrowN` has `ce_count`, `ue_count` and per
+//! channel `chN_ce_count`, `chN_ue_count` and `chN_dimm_label`. A missing
+//! or non-numeric count fails the collector naming the file, as in
+//! node_exporter; a missing `chN_ue_count` only drops that sample.
+
+use std::path::{Path, PathBuf};
+
+use crate::collector::Collector;
+use crate::collectors::sysfs::Families;
+use crate::collectors::textfile::glob;
+use crate::collectors::{Parser, Settings, Source, Spec};
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Encoder, MetricType};
+use crate::parse::{parse_fresh, single_field, u64_field};
+
+pub const SPEC: Spec = Spec {
+    name: "edac",
+    default_enabled: true,
+    help: "Memory controller error counts (EDAC) from /sys/devices/system/edac/mc",
+    flags: &[],
+    build,
+    sources: &[
+        Source::sys("devices/system/edac/mc/mc0/ce_count", "edac_count"),
+        Source::sys("devices/system/edac/mc/mc0/csrow0/ch0_ce_count", "edac_count"),
+    ],
+    parsers: &[Parser::numeric("edac_count", |t| {
+        parse_fresh(t, parse_into).map(drop)
+    })],
+};
+
+const CE: (&str, &str) = (
+    "node_edac_correctable_errors_total",
+    "Total correctable memory errors.",
+);
+const UE: (&str, &str) = (
+    "node_edac_uncorrectable_errors_total",
+    "Total uncorrectable memory errors.",
+);
+const CSROW_CE: (&str, &str) = (
+    "node_edac_csrow_correctable_errors_total",
+    "Total correctable memory errors for this csrow.",
+);
+const CSROW_UE: (&str, &str) = (
+    "node_edac_csrow_uncorrectable_errors_total",
+    "Total uncorrectable memory errors for this csrow.",
+);
+const CHANNEL_CE: (&str, &str) = (
+    "node_edac_channel_correctable_errors_total",
+    "Total correctable memory errors for this channel.",
+);
+const CHANNEL_UE: (&str, &str) = (
+    "node_edac_channel_uncorrectable_errors_total",
+    "Total uncorrectable memory errors for this channel.",
+);
+
+/// One unsigned count, surrounding whitespace allowed (node_exporter
+/// trims it).
+pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
+    let tok = single_field(text).ok_or_else(|| ParseError::new(1, "expected one number"))?;
+    *out = u64_field(tok, 1, "count")?;
+    Ok(())
+}
+
+fn count(path: &Path) -> Result<u64, CollectError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))?;
+    let mut v = 0;
+    parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
+    Ok(v)
+}
+
+/// node_exporter's `edacDimmLabel`.
+fn dimm_label(csrow: &Path, channel: &str) -> String {
+    match std::fs::read_to_string(csrow.join(format!("ch{channel}_dimm_label"))) {
+        Ok(l) => l
+            .trim()
+            .replace('#', "")
+            .replace("csrow", "_csrow")
+            .replace("channel", "_channel"),
+        Err(_) => "unknown".to_string(),
+    }
+}
+
+/// The digits after `prefix` in the last path element.
+fn number(path: &str, prefix: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .and_then(|n| n.strip_prefix(prefix).map(str::to_string))
+        .unwrap_or_default()
+}
+
+pub struct EdacCollector {
+    mc: PathBuf,
+    families: Families,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    Box::new(EdacCollector {
+        mc: s.sysfs.join("devices/system/edac/mc"),
+        families: Families::default(),
+    })
+}
+
+impl EdacCollector {
+    fn read(&mut self) -> Result<(), CollectError> {
+        let f = &mut self.families;
+        let mut push = |(name, help): (&str, &str), labels: &[(&'static str, &str)], v: u64| {
+            f.push(name, help, MetricType::Counter, labels, v as f64);
+        };
+        for mc in glob(&format!("{}/mc[0-9]*", self.mc.display())).unwrap_or_default() {
+            let ctl = number(&mc, "mc");
+            let dir = Path::new(&mc);
+            push(CE, &[("controller", &ctl)], count(&dir.join("ce_count"))?);
+            let v = count(&dir.join("ce_noinfo_count"))?;
+            push(CSROW_CE, &[("controller", &ctl), ("csrow", "unknown")], v);
+            push(UE, &[("controller", &ctl)], count(&dir.join("ue_count"))?);
+            let v = count(&dir.join("ue_noinfo_count"))?;
+            push(CSROW_UE, &[("controller", &ctl), ("csrow", "unknown")], v);
+            for csrow in glob(&format!("{mc}/csrow[0-9]*")).unwrap_or_default() {
+                let row = number(&csrow, "csrow");
+                let cdir = Path::new(&csrow);
+                let labels = [("controller", ctl.as_str()), ("csrow", row.as_str())];
+                push(CSROW_CE, &labels, count(&cdir.join("ce_count"))?);
+                push(CSROW_UE, &labels, count(&cdir.join("ue_count"))?);
+                for ch_file in glob(&format!("{csrow}/ch*_ce_count")).unwrap_or_default() {
+                    let base = number(&ch_file, "ch");
+                    let Some(ch) = base
+                        .strip_suffix("_ce_count")
+                        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+                    else {
+                        continue;
+                    };
+                    let label = dimm_label(cdir, ch);
+                    let labels = [
+                        ("controller", ctl.as_str()),
+                        ("csrow", row.as_str()),
+                        ("channel", ch),
+                        ("dimm_label", label.as_str()),
+                    ];
+                    push(CHANNEL_CE, &labels, count(Path::new(&ch_file))?);
+                    if let Ok(v) = count(&cdir.join(format!("ch{ch}_ue_count"))) {
+                        push(CHANNEL_UE, &labels, v);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Collector for EdacCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        self.families.clear();
+        if let Err(e) = self.read() {
+            self.families.clear();
+            return Err(e);
+        }
+        self.families.write(enc);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collectors::test_support::{fixture, render};
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_fresh("5\n", parse_into).unwrap(), 5);
+        assert!(parse_fresh("-1\n", parse_into).is_err());
+        assert!(parse_fresh("", parse_into).is_err());
+        assert!(parse_fresh("18446744073709551616\n", parse_into).is_err());
+    }
+
+    #[test]
+    fn collector_on_fixture() {
+        let s = Settings::with_roots("/nonexistent", fixture("sys"));
+        let out = render(build(&s).as_mut()).unwrap();
+        for l in [
+            "node_edac_correctable_errors_total{controller=\"0\"} 3\n",
+            "node_edac_csrow_correctable_errors_total{controller=\"0\",csrow=\"unknown\"} 1\n",
+            "node_edac_csrow_uncorrectable_errors_total{controller=\"0\",csrow=\"0\"} 0\n",
+            "node_edac_channel_correctable_errors_total{channel=\"0\",controller=\"0\",csrow=\"0\",dimm_label=\"CPU_SrcID0_Ha0_Channel0_DIMM0\"} 2\n",
+            // No ch1_dimm_label, no ch1_ue_count.
+            "node_edac_channel_correctable_errors_total{channel=\"1\",controller=\"0\",csrow=\"0\",dimm_label=\"unknown\"} 0\n",
+        ] {
+            assert!(out.contains(l), "missing {l:?} in\n{out}");
+        }
+        assert!(!out.contains("node_edac_channel_uncorrectable_errors_total{channel=\"1\""));
+        let absent = Settings::with_roots("/nonexistent", "/nonexistent-usescope");
+        assert_eq!(render(build(&absent).as_mut()).unwrap(), "");
+    }
+
+    #[test]
+    fn a_bad_count_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mc = dir.path().join("devices/system/edac/mc/mc1");
+        std::fs::create_dir_all(&mc).unwrap();
+        std::fs::write(mc.join("ce_count"), "x\n").unwrap();
+        let s = Settings::with_roots("/nonexistent", dir.path());
+        let e = render(build(&s).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("mc1/ce_count"), "{e}");
+    }
+}

@@ -1,0 +1,190 @@
+//! Helpers shared by the sysfs collectors (hwmon, thermal_zone): reading
+//! one attribute the way node_exporter (and prometheus/procfs) does, and
+//! collecting samples of families whose names and labels are only known at
+//! scrape time, to write them grouped and in node_exporter's order.
+//!
+//! Not a collector: it is declared outside the `registry!` list.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
+
+/// procfs' `SysReadFile`: one read(2) of at most 128 bytes. Some hwmon
+/// drivers answer EAGAIN for ever, so a sysfs attribute is read once and
+/// never polled; only regular files are opened (a FIFO or a device in a
+/// copied tree must not block or stream).
+pub fn read_raw(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    let t = meta.file_type();
+    if !t.is_file() || t.is_fifo() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut buf = vec![0u8; 128];
+    let n = loop {
+        match f.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// [`read_raw`], as text with surrounding whitespace trimmed (procfs'
+/// `SysReadFile`). Invalid UTF-8 is replaced.
+pub fn read_trimmed(path: &Path) -> io::Result<String> {
+    let raw = read_raw(path)?;
+    Ok(String::from_utf8_lossy(&raw).trim().to_string())
+}
+
+/// One sample of a family named at run time.
+struct Row {
+    name: String,
+    help: String,
+    kind: MetricType,
+    labels: Vec<(&'static str, String)>,
+    value: f64,
+    /// Order of arrival: the first row of a family gives its HELP.
+    seq: usize,
+}
+
+/// Samples gathered in any order and written grouped by family, families
+/// by name, labels by name and series by label values: node_exporter's
+/// (the Prometheus client library's) output order. A family's HELP is the first one given.
+#[derive(Default)]
+pub struct Families {
+    rows: Vec<Row>,
+}
+
+impl Families {
+    pub fn clear(&mut self) {
+        self.rows.clear();
+    }
+
+    pub fn push(
+        &mut self,
+        name: impl Into<String>,
+        help: impl Into<String>,
+        kind: MetricType,
+        labels: &[(&'static str, &str)],
+        value: f64,
+    ) {
+        let mut labels: Vec<(&'static str, String)> =
+            labels.iter().map(|(n, v)| (*n, v.to_string())).collect();
+        // The client library sorts a series' labels by name.
+        labels.sort_by_key(|(n, _)| *n);
+        self.rows.push(Row {
+            name: name.into(),
+            help: help.into(),
+            kind,
+            labels,
+            value,
+            seq: self.rows.len(),
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Writes every family and forgets the samples.
+    pub fn write(&mut self, enc: &mut Encoder) {
+        self.rows.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then_with(|| {
+                    a.labels
+                        .iter()
+                        .map(|(_, v)| v)
+                        .cmp(b.labels.iter().map(|(_, v)| v))
+                })
+                .then(a.seq.cmp(&b.seq))
+        });
+        let mut labels: Vec<(&str, &str)> = Vec::new();
+        let mut i = 0;
+        while i < self.rows.len() {
+            let first = &self.rows[i];
+            let end = i + self.rows[i..]
+                .iter()
+                .take_while(|r| r.name == first.name)
+                .count();
+            let oldest = self.rows[i..end]
+                .iter()
+                .min_by_key(|r| r.seq)
+                .unwrap_or(first);
+            enc.family_named(
+                &first.name,
+                &oldest.help,
+                help_is_plain(&oldest.help),
+                oldest.kind,
+            );
+            let mut j = i;
+            while j < self.rows.len() && self.rows[j].name == first.name {
+                let r = &self.rows[j];
+                // Two samples of one series (a name two files map to): the
+                // first is kept, as the client library keeps the first.
+                let dup = j > i && self.rows[j - 1].labels == r.labels;
+                if !dup {
+                    labels.clear();
+                    labels.extend(r.labels.iter().map(|(n, v)| (*n, v.as_str())));
+                    enc.sample_named(&r.name, "", &labels, None, Value::F64(r.value));
+                }
+                j += 1;
+            }
+            i = j;
+        }
+        self.rows.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+
+    #[test]
+    fn families_are_grouped_and_sorted() {
+        let mut f = Families::default();
+        f.push("b", "B.", MetricType::Gauge, &[("x", "2")], 2.0);
+        f.push("a", "A.", MetricType::Counter, &[], 1.0);
+        f.push("b", "other", MetricType::Gauge, &[("x", "1")], 1.0);
+        f.push("b", "B.", MetricType::Gauge, &[("x", "1")], 9.0);
+        let mut buf = Vec::new();
+        f.write(&mut Encoder::new(&mut buf, Format::PrometheusText));
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            "# HELP a A.\n# TYPE a counter\na 1\n# HELP b B.\n# TYPE b gauge\nb{x=\"1\"} 1\nb{x=\"2\"} 2\n"
+        );
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn attributes_are_read_once_and_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("temp1_input");
+        std::fs::write(&p, " 42000\n").unwrap();
+        assert_eq!(read_trimmed(&p).unwrap(), "42000");
+        std::fs::write(&p, "x".repeat(300)).unwrap();
+        assert_eq!(read_raw(&p).unwrap().len(), 128);
+        assert!(read_raw(&dir.path().join("missing")).is_err());
+        assert!(read_raw(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,2002 @@
+//! `*.prom` files in `--collector.textfile.directory` → their own families,
+//! plus `node_textfile_mtime_seconds{file}` and `node_textfile_scrape_error`:
+//! node_exporter's textfile collector (collector/textfile.go).
+//!
+//! The files are in the Prometheus text format 0.0.4. [`parse_into`] is a
+//! parser of that format written to accept what node_exporter's parser
+//! (prometheus/common expfmt `TextParser`, legacy name validation) accepts
+//! and to reject what it rejects, with the same error wording where it has
+//! one. Each file is re-encoded through usescope's [`Encoder`], so the
+//! output is valid in both exposition formats whatever the file's layout.
+//!
+//! A file is taken or skipped whole. It is skipped, with
+//! `node_textfile_scrape_error 1` and one log line naming the file (and the
+//! line, where there is one), when it cannot be read (not a regular file,
+//! over [`crate::source::MAX_FILE_BYTES`], not valid UTF-8), does not parse,
+//! carries client-side timestamps (node_exporter skips those files too), or
+//! conflicts with what is already exported: a family with another TYPE or
+//! another HELP in an earlier file, a series an earlier file (or the same
+//! file) already has, a histogram/summary whose `_sum`/`_count`/`_bucket`
+//! names collide with another family, or a family a built-in collector
+//! exports. Files are taken in the order of the flags and, within a
+//! directory, by name, so the earlier file wins a conflict. The other files
+//! and every other collector are unaffected.
+//!
+//! Bounds: at most [`MAX_FILES`] `*.prom` files and [`MAX_TOTAL_BYTES`] of
+//! them per scrape; files past either bound are skipped as errors.
+//!
+//! Cost: a file is read and parsed only when its (device, inode, size,
+//! mtime, ctime) changes; otherwise a scrape stats it and re-encodes the
+//! parsed families kept from the last read.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::collector::Collector;
+use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
+use crate::error::{CollectError, ParseError};
+use crate::exposition::{Desc, Encoder, Format, MetricType, Value, help_is_plain};
+use crate::parse::{parse_fresh, recycle};
+use crate::source::{Read, SourceFile};
+
+pub const DIRECTORY: &str = "collector.textfile.directory";
+
+pub const SPEC: Spec = Spec {
+    name: "textfile",
+    default_enabled: true,
+    help: "Metrics from *.prom files (Prometheus text format) in --collector.textfile.directory",
+    flags: &[Flag {
+        name: DIRECTORY,
+        help: "Directory to read text files with metrics from, supports glob matching. (repeatable)",
+        default: None,
+        kind: FlagKind::TextList,
+        conflicts_with: None,
+    }],
+    build,
+    sources: &[Source::textfile("good/app.prom", "textfile")],
+    parsers: &[Parser::text("textfile", |t| {
+        parse_fresh(t, parse_into).map(drop)
+    })],
+};
+
+/// Most `*.prom` files read in one scrape.
+pub const MAX_FILES: usize = 10_000;
+/// Most bytes of `*.prom` files read in one scrape (each file is also held
+/// to [`crate::source::MAX_FILE_BYTES`]).
+pub const MAX_TOTAL_BYTES: u64 = 64 << 20;
+
+const MTIME: Desc = Desc::gauge(
+    "node_textfile_mtime_seconds",
+    "Unixtime mtime of textfiles successfully read.",
+);
+const SCRAPE_ERROR: Desc = Desc::gauge(
+    "node_textfile_scrape_error",
+    "1 if there was an error opening or reading a file, 0 otherwise",
+);
+
+/// Family names written after this collector (the scraper's own families,
+/// the process and probe metrics), or by this collector: a textfile family
+/// with one of these prefixes would clash with them.
+const RESERVED_PREFIXES: &[&str] = &[
+    "node_scrape_collector_",
+    "node_textfile_",
+    "process_",
+    "usescope_",
+];
+
+// ---------------------------------------------------------------------------
+// The parser
+
+/// A family's type, from its `# TYPE` line (untyped without one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Untyped,
+    Summary,
+    Histogram,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Untyped => "untyped",
+            Kind::Summary => "summary",
+            Kind::Histogram => "histogram",
+        }
+    }
+
+    fn metric_type(self) -> MetricType {
+        match self {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Untyped => MetricType::Untyped,
+            Kind::Summary => MetricType::Summary,
+            Kind::Histogram => MetricType::Histogram,
+        }
+    }
+}
+
+/// One quantile of a summary or one bucket of a histogram.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// The quantile or the upper bound.
+    pub bound: f64,
+    /// `bound` as node_exporter writes it in the `quantile`/`le` label.
+    pub label: String,
+    pub value: f64,
+}
+
+/// One series: a sample, or a whole summary or histogram.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Series {
+    /// Sorted by name; without `quantile`/`le` for summaries and
+    /// histograms. Every label of the family is present (node_exporter
+    /// fills the missing ones with "").
+    pub labels: Vec<(String, String)>,
+    /// Counter, gauge and untyped.
+    pub value: f64,
+    /// Summary and histogram.
+    pub sum: f64,
+    pub count: f64,
+    /// Quantiles or buckets, ascending, one per bound (the last given wins).
+    pub points: Vec<Point>,
+    /// The file line that started the series.
+    pub line: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Family {
+    pub name: String,
+    pub help: Option<String>,
+    pub kind: Kind,
+    /// Sorted by label values, as node_exporter sorts them.
+    pub series: Vec<Series>,
+    /// The line that first named the family.
+    pub line: usize,
+}
+
+/// A parsed file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Exposition {
+    /// Sorted by name; families without samples are left out.
+    pub families: Vec<Family>,
+    /// The first line whose sample has a timestamp.
+    pub timestamp_line: Option<usize>,
+}
+
+/// A family while its file is being read: the kind is unknown until its
+/// `# TYPE` line or first sample.
+struct Building {
+    name: String,
+    help: Option<String>,
+    kind: Option<Kind>,
+    series: Vec<Series>,
+    line: usize,
+}
+
+struct State {
+    families: Vec<Building>,
+    by_name: HashMap<String, usize>,
+    /// (family, labels) → series, for summaries and histograms, whose
+    /// lines add to one series.
+    composite: HashMap<(usize, Vec<(String, String)>), usize>,
+    timestamp_line: Option<usize>,
+}
+
+/// What a sample line's name resolved to.
+struct Resolved {
+    family: usize,
+    is_count: bool,
+    is_sum: bool,
+}
+
+impl State {
+    /// expfmt's `setOrCreateCurrentMF`: `NAME`, else the summary or
+    /// histogram `NAME` is the `_sum`/`_count`/`_bucket` of, else a new
+    /// family.
+    fn resolve(&mut self, name: &str, line: usize) -> Resolved {
+        if let Some(&family) = self.by_name.get(name) {
+            return Resolved {
+                family,
+                is_count: false,
+                is_sum: false,
+            };
+        }
+        let is_count = name.len() > 6 && name.ends_with("_count");
+        let is_sum = name.len() > 4 && name.ends_with("_sum");
+        let is_bucket = name.len() > 7 && name.ends_with("_bucket");
+        let base = if is_count {
+            &name[..name.len() - 6]
+        } else if is_sum {
+            &name[..name.len() - 4]
+        } else {
+            name
+        };
+        if let Some(&family) = self.by_name.get(base)
+            && self.families[family].kind == Some(Kind::Summary)
+        {
+            return Resolved {
+                family,
+                is_count,
+                is_sum,
+            };
+        }
+        let base = if is_bucket {
+            &name[..name.len() - 7]
+        } else {
+            base
+        };
+        if let Some(&family) = self.by_name.get(base)
+            && self.families[family].kind == Some(Kind::Histogram)
+        {
+            return Resolved {
+                family,
+                is_count,
+                is_sum,
+            };
+        }
+        self.families.push(Building {
+            name: name.to_string(),
+            help: None,
+            kind: None,
+            series: Vec::new(),
+            line,
+        });
+        let family = self.families.len() - 1;
+        self.by_name.insert(name.to_string(), family);
+        Resolved {
+            family,
+            is_count: false,
+            is_sum: false,
+        }
+    }
+}
+
+/// A cursor over one line.
+struct Cursor<'a> {
+    s: &'a str,
+    i: usize,
+    line: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.as_bytes().get(self.i).copied()
+    }
+
+    fn skip_blank(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t')) {
+            self.i += 1;
+        }
+    }
+
+    /// Up to the next blank, tab or the end of the line.
+    fn token(&mut self) -> &'a str {
+        let start = self.i;
+        while !matches!(self.peek(), None | Some(b' ' | b'\t')) {
+            self.i += 1;
+        }
+        &self.s[start..self.i]
+    }
+
+    /// A legacy metric (`[a-zA-Z_:][a-zA-Z0-9_:]*`) or label
+    /// (`[a-zA-Z_][a-zA-Z0-9_]*`) name; empty if none starts here.
+    fn name(&mut self, metric: bool) -> &'a str {
+        let start = self.i;
+        let first = |b: u8| b.is_ascii_alphabetic() || b == b'_' || (metric && b == b':');
+        if self.peek().is_some_and(first) {
+            self.i += 1;
+            while self
+                .peek()
+                .is_some_and(|b| first(b) || b.is_ascii_digit())
+            {
+                self.i += 1;
+            }
+        }
+        &self.s[start..self.i]
+    }
+
+    fn err(&self, msg: impl Into<String>) -> ParseError {
+        ParseError::new(self.line, msg)
+    }
+
+    /// The rest of the line, unescaping `\\`, `\n` and `\"` when `escapes`.
+    fn rest(&mut self, escapes: bool) -> Result<String, ParseError> {
+        let rest = &self.s[self.i..];
+        self.i = self.s.len();
+        if !escapes || !rest.contains('\\') {
+            return Ok(rest.to_string());
+        }
+        let mut out = String::with_capacity(rest.len());
+        let mut chars = rest.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('\\') => out.push('\\'),
+                Some('n') => out.push('\n'),
+                Some('"') => out.push('"'),
+                Some(o) => return Err(self.err(format!("invalid escape sequence '\\{o}'"))),
+                None => return Err(self.err("invalid escape sequence '\\\\n'")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A label value after its opening quote, up to the closing one.
+    fn quoted(&mut self) -> Result<String, ParseError> {
+        let mut out = String::new();
+        let rest = &self.s[self.i..];
+        let mut chars = rest.char_indices();
+        while let Some((at, c)) = chars.next() {
+            match c {
+                '"' => {
+                    self.i += at + 1;
+                    return Ok(out);
+                }
+                '\\' => match chars.next() {
+                    Some((_, '"')) => out.push('"'),
+                    Some((_, '\\')) => out.push('\\'),
+                    Some((_, 'n')) => out.push('\n'),
+                    Some((_, o)) => {
+                        return Err(self.err(format!("invalid escape sequence '\\{o}'")));
+                    }
+                    None => break,
+                },
+                c => out.push(c),
+            }
+        }
+        Err(self.err(format!(
+            "label value {out:?} contains unescaped new-line"
+        )))
+    }
+}
+
+/// Go's `strconv.ParseFloat` as expfmt calls it: `p`, `P` and `_` refused;
+/// `NaN` (unsigned), `Inf`/`Infinity` (signed, any case); a finite number
+/// too large for an f64 is an error, not infinity.
+pub fn go_parse_float(s: &str) -> Option<f64> {
+    if s.is_empty() || s.contains(['p', 'P', '_']) {
+        return None;
+    }
+    let (negative, unsigned) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if unsigned.eq_ignore_ascii_case("inf") || unsigned.eq_ignore_ascii_case("infinity") {
+        return Some(if negative {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        });
+    }
+    if unsigned.eq_ignore_ascii_case("nan") {
+        return (unsigned.len() == s.len()).then_some(f64::NAN);
+    }
+    // What is left must be a decimal number: Rust's grammar for it is Go's
+    // (hex needs a `p` exponent in Go, and `p` was refused above).
+    if !unsigned
+        .bytes()
+        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+    {
+        return None;
+    }
+    let v: f64 = s.parse().ok()?;
+    v.is_finite().then_some(v)
+}
+
+/// A float as Go's `strconv.FormatFloat(f, 'g', -1, 64)` writes it, with
+/// expfmt's spellings of the special values: how node_exporter writes the
+/// `le` and `quantile` labels, so that series keep node_exporter's label
+/// values (`1e+06`, not `1000000`).
+pub fn go_format_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".to_string();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "+Inf" } else { "-Inf" }.to_string();
+    }
+    if f == 0.0 {
+        return "0".to_string();
+    }
+    // Rust's `{:e}` is the shortest round-trip digits: "1.5e-7", "1e6".
+    let e = format!("{f:e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+    } else {
+        format!("{f}")
+    }
+}
+
+/// Parses one file of the text format into `out` (see the module
+/// documentation). Errors carry the line and, where expfmt has one, its
+/// wording.
+pub fn parse_into(text: &str, out: &mut Exposition) -> Result<(), ParseError> {
+    out.families.clear();
+    out.timestamp_line = None;
+    let mut st = State {
+        families: Vec::new(),
+        by_name: HashMap::new(),
+        composite: HashMap::new(),
+        timestamp_line: None,
+    };
+    let mut lines = text.split('\n').enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
+        let mut c = Cursor { s: line, i: 0, line: i + 1 };
+        c.skip_blank();
+        if c.peek().is_none() {
+            continue;
+        }
+        if lines.peek().is_none() {
+            // The text does not end with a newline and this last line is
+            // not blank: expfmt reads past its end.
+            return Err(c.err("unexpected end of input stream (no newline at the end)"));
+        }
+        if c.peek() == Some(b'#') {
+            c.i += 1;
+            comment(&mut c, &mut st)?;
+        } else {
+            sample(&mut c, &mut st)?;
+        }
+    }
+    finish(st, out)
+}
+
+fn comment(c: &mut Cursor, st: &mut State) -> Result<(), ParseError> {
+    c.skip_blank();
+    let keyword = c.token();
+    if c.peek().is_none() || (keyword != "HELP" && keyword != "TYPE") {
+        return Ok(());
+    }
+    c.skip_blank();
+    if c.peek() == Some(b'"') {
+        return Err(c.err("quoted (UTF-8) metric names are not supported"));
+    }
+    let name = c.name(true);
+    if c.peek().is_none() {
+        return Ok(());
+    }
+    if name.is_empty() || !matches!(c.peek(), Some(b' ' | b'\t')) {
+        return Err(c.err("invalid metric name in comment"));
+    }
+    let r = st.resolve(name, c.line);
+    c.skip_blank();
+    if c.peek().is_none() {
+        return Ok(());
+    }
+    let f = &mut st.families[r.family];
+    if keyword == "HELP" {
+        if f.help.is_some() {
+            return Err(c.err(format!("second HELP line for metric name {:?}", f.name)));
+        }
+        f.help = Some(c.rest(true)?);
+        return Ok(());
+    }
+    if f.kind.is_some() {
+        return Err(c.err(format!(
+            "second TYPE line for metric name {:?}, or TYPE reported after samples",
+            f.name
+        )));
+    }
+    let t = c.rest(false)?;
+    f.kind = Some(match t.to_ascii_uppercase().as_str() {
+        "COUNTER" => Kind::Counter,
+        "GAUGE" => Kind::Gauge,
+        "UNTYPED" => Kind::Untyped,
+        "SUMMARY" => Kind::Summary,
+        "HISTOGRAM" => Kind::Histogram,
+        // node_exporter 1.12.1 parses these and then panics on them.
+        "GAUGE_HISTOGRAM" | "GAUGEHISTOGRAM" => {
+            return Err(c.err(format!("metric type {t:?} is not supported")));
+        }
+        _ => return Err(c.err(format!("unknown metric type {t:?}"))),
+    });
+    Ok(())
+}
+
+fn sample(c: &mut Cursor, st: &mut State) -> Result<(), ParseError> {
+    let name = c.name(true);
+    if name.is_empty() {
+        return Err(match c.peek() {
+            Some(b'{') => c.err("metric names inside the braces are not supported"),
+            Some(b'"') => c.err("quoted (UTF-8) metric names are not supported"),
+            _ => c.err("invalid metric name"),
+        });
+    }
+    let r = st.resolve(name, c.line);
+    let kind = *st.families[r.family].kind.get_or_insert(Kind::Untyped);
+    let family_name = st.families[r.family].name.clone();
+    c.skip_blank();
+    let mut labels: Vec<(String, String)> = Vec::new();
+    // The quantile or le label's value; NaN when absent (or NaN).
+    let mut bound: Option<f64> = None;
+    if c.peek() == Some(b'{') {
+        c.i += 1;
+        loop {
+            c.skip_blank();
+            if c.peek() == Some(b'}') {
+                c.i += 1;
+                break;
+            }
+            if c.peek() == Some(b'"') {
+                return Err(c.err("quoted (UTF-8) label names are not supported"));
+            }
+            let label = c.name(false);
+            if label.is_empty() {
+                return Err(c.err(format!("invalid label name for metric {family_name:?}")));
+            }
+            c.skip_blank();
+            if c.peek() != Some(b'=') {
+                let found = c.s[c.i..].chars().next().unwrap_or('\n');
+                return Err(c.err(format!(
+                    "expected '=' after label name, found {found:?}"
+                )));
+            }
+            c.i += 1;
+            if label.starts_with("__") {
+                // expfmt refuses __name__; node_exporter 1.12.1 panics on
+                // any other label with the reserved prefix.
+                return Err(c.err(format!("label name {label:?} is reserved")));
+            }
+            let special = (kind == Kind::Summary && label == "quantile")
+                || (kind == Kind::Histogram && label == "le");
+            if !special && labels.iter().any(|(n, _)| n == label) {
+                return Err(c.err(format!("duplicate label names for metric {family_name:?}")));
+            }
+            c.skip_blank();
+            if c.peek() != Some(b'"') {
+                let found = c.s[c.i..].chars().next().unwrap_or('\n');
+                return Err(c.err(format!(
+                    "expected '\"' at start of label value, found {found:?}"
+                )));
+            }
+            c.i += 1;
+            let value = c.quoted()?;
+            if special {
+                let v = go_parse_float(&value).ok_or_else(|| {
+                    c.err(format!(
+                        "expected float as value for '{label}' label, got {value:?}"
+                    ))
+                })?;
+                bound = Some(v);
+            } else {
+                labels.push((label.to_string(), value));
+            }
+            c.skip_blank();
+            match c.peek() {
+                Some(b',') => c.i += 1,
+                Some(b'}') => {
+                    c.i += 1;
+                    break;
+                }
+                _ => {
+                    let v = labels.last().map_or("", |(_, v)| v.as_str());
+                    return Err(c.err(format!("unexpected end of label value {v:?}")));
+                }
+            }
+        }
+        c.skip_blank();
+    }
+    let tok = c.token();
+    let value =
+        go_parse_float(tok).ok_or_else(|| c.err(format!("expected float as value, got {tok:?}")))?;
+    if c.peek().is_some() {
+        c.skip_blank();
+        let ts = c.token();
+        if ts.parse::<i64>().is_err() {
+            return Err(c.err(format!("expected integer as timestamp, got {ts:?}")));
+        }
+        if c.i < c.s.len() {
+            return Err(c.err(format!(
+                "spurious string after timestamp: {:?}",
+                &c.s[c.i..]
+            )));
+        }
+        st.timestamp_line.get_or_insert(c.line);
+    }
+    labels.sort_by(|a, b| a.0.cmp(&b.0));
+    let line = c.line;
+    let f = r.family;
+    match kind {
+        Kind::Counter | Kind::Gauge | Kind::Untyped => {
+            st.families[f].series.push(Series {
+                labels,
+                value,
+                line,
+                ..Series::default()
+            });
+        }
+        Kind::Summary | Kind::Histogram => {
+            let key = (f, labels);
+            let idx = match st.composite.get(&key) {
+                Some(&i) => i,
+                None => {
+                    let series = &mut st.families[f].series;
+                    series.push(Series {
+                        labels: key.1.clone(),
+                        line,
+                        ..Series::default()
+                    });
+                    st.composite.insert(key, series.len() - 1);
+                    series.len() - 1
+                }
+            };
+            let s = &mut st.families[f].series[idx];
+            let histogram = kind == Kind::Histogram;
+            if histogram && (r.is_count || (!r.is_sum && bound.is_some_and(|b| !b.is_nan())))
+                && value < 0.0
+            {
+                return Err(c.err(format!(
+                    "negative {} for histogram {family_name:?}",
+                    if r.is_count {
+                        "count"
+                    } else {
+                        "bucket population"
+                    }
+                )));
+            }
+            if r.is_count {
+                // A summary's count is a uint64 in node_exporter.
+                s.count = if histogram || value.is_nan() {
+                    value
+                } else {
+                    value.trunc().max(0.0)
+                };
+            } else if r.is_sum {
+                s.sum = value;
+            } else if let Some(b) = bound.filter(|b| !b.is_nan()) {
+                s.points.push(Point {
+                    bound: b,
+                    label: go_format_float(b),
+                    value,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Drops families without samples, settles points, fills missing labels
+/// with "", sorts, and checks for duplicate series.
+fn finish(st: State, out: &mut Exposition) -> Result<(), ParseError> {
+    out.timestamp_line = st.timestamp_line;
+    for b in st.families {
+        if b.series.is_empty() {
+            continue;
+        }
+        let kind = b.kind.unwrap_or(Kind::Untyped);
+        let mut series = b.series;
+        let mut names: Vec<&str> = Vec::new();
+        for s in &series {
+            for (n, _) in &s.labels {
+                if !names.contains(&n.as_str()) {
+                    names.push(n);
+                }
+            }
+        }
+        let names: Vec<String> = names.into_iter().map(str::to_string).collect();
+        for s in &mut series {
+            if s.labels.len() < names.len() {
+                for n in &names {
+                    if !s.labels.iter().any(|(m, _)| m == n) {
+                        s.labels.push((n.clone(), String::new()));
+                    }
+                }
+                s.labels.sort_by(|a, b| a.0.cmp(&b.0));
+            }
+            // One point per bound, the last given; ascending.
+            s.points.reverse();
+            s.points
+                .sort_by(|a, b| a.bound.partial_cmp(&b.bound).unwrap_or(std::cmp::Ordering::Equal));
+            s.points.dedup_by(|a, b| a.bound == b.bound);
+        }
+        series.sort_by(|a, b| {
+            let va = a.labels.iter().map(|(_, v)| v);
+            let vb = b.labels.iter().map(|(_, v)| v);
+            va.cmp(vb).then(a.line.cmp(&b.line))
+        });
+        for w in series.windows(2) {
+            if w[0].labels == w[1].labels {
+                return Err(ParseError::new(
+                    w[1].line.max(w[0].line),
+                    format!(
+                        "duplicate series {} (also on line {})",
+                        series_text(&b.name, &w[1].labels),
+                        w[1].line.min(w[0].line)
+                    ),
+                ));
+            }
+        }
+        out.families.push(Family {
+            name: b.name,
+            help: b.help,
+            kind,
+            series,
+            line: b.line,
+        });
+    }
+    out.families.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(())
+}
+
+/// `name{a="x",b="y"}` for messages (empty labels left out).
+fn series_text(name: &str, labels: &[(String, String)]) -> String {
+    let set: Vec<String> = labels
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(n, v)| format!("{n}={v:?}"))
+        .collect();
+    format!("{name}{{{}}}", set.join(","))
+}
+
+// ---------------------------------------------------------------------------
+// Paths: Go's filepath.Clean, Join and Glob, as node_exporter uses them.
+
+/// Go's `filepath.Clean`: how node_exporter spells the `file` label.
+pub fn go_clean(path: &str) -> String {
+    let rooted = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|l| *l != "..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push("..");
+                }
+            }
+            p => parts.push(p),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_string(),
+        (false, false) => joined,
+    }
+}
+
+fn go_join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        go_clean(name)
+    } else {
+        go_clean(&format!("{dir}/{name}"))
+    }
+}
+
+fn has_meta(s: &str) -> bool {
+    s.contains(['*', '?', '[', '\\'])
+}
+
+/// Go's `filepath.Match` on one path element; `None` for a malformed
+/// pattern.
+pub fn glob_match(pattern: &str, name: &str) -> Option<bool> {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    match_from(&p, &n)
+}
+
+fn match_from(p: &[char], n: &[char]) -> Option<bool> {
+    let Some(&first) = p.first() else {
+        return Some(n.is_empty());
+    };
+    match first {
+        '*' => {
+            // Check the rest of the pattern is well formed even when no
+            // name is left to try it on, as Go does.
+            let mut any = false;
+            for skip in 0..=n.len() {
+                if n[..skip].contains(&'/') {
+                    break;
+                }
+                if match_from(&p[1..], &n[skip..])? {
+                    any = true;
+                    break;
+                }
+            }
+            Some(any)
+        }
+        '?' => match n.first() {
+            Some(&c) if c != '/' => match_from(&p[1..], &n[1..]),
+            _ => validate(&p[1..]).map(|_| false),
+        },
+        '[' => {
+            let (matched, used) = class(&p[1..], n.first().copied())?;
+            if matched {
+                match_from(&p[1 + used..], &n[1..])
+            } else {
+                validate(&p[1 + used..]).map(|_| false)
+            }
+        }
+        '\\' => {
+            let &lit = p.get(1)?;
+            if n.first() == Some(&lit) {
+                match_from(&p[2..], &n[1..])
+            } else {
+                validate(&p[2..]).map(|_| false)
+            }
+        }
+        lit => {
+            if n.first() == Some(&lit) {
+                match_from(&p[1..], &n[1..])
+            } else {
+                validate(&p[1..]).map(|_| false)
+            }
+        }
+    }
+}
+
+/// Whether the pattern is well formed (for the `ErrBadPattern` cases).
+fn validate(p: &[char]) -> Option<()> {
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            '[' => i += 1 + class(&p[i + 1..], None)?.1,
+            '\\' => {
+                p.get(i + 1)?;
+                i += 2;
+            }
+            _ => i += 1,
+        }
+    }
+    Some(())
+}
+
+/// A character class after its `[`: whether `c` is in it, and how many
+/// pattern characters it took (the closing `]` included).
+fn class(p: &[char], c: Option<char>) -> Option<(bool, usize)> {
+    let mut i = 0;
+    let negated = p.first() == Some(&'^');
+    if negated {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut ranges = 0;
+    // One escaped or plain character of a range; `-` and `]` must be escaped.
+    let esc = |i: &mut usize| -> Option<char> {
+        let mut ch = *p.get(*i)?;
+        if ch == '-' || ch == ']' {
+            return None;
+        }
+        if ch == '\\' {
+            *i += 1;
+            ch = *p.get(*i)?;
+        }
+        *i += 1;
+        Some(ch)
+    };
+    loop {
+        if p.get(i) == Some(&']') && ranges > 0 {
+            i += 1;
+            break;
+        }
+        let lo = esc(&mut i)?;
+        let mut hi = lo;
+        if p.get(i) == Some(&'-') {
+            i += 1;
+            hi = esc(&mut i)?;
+            if hi < lo {
+                return None;
+            }
+        }
+        ranges += 1;
+        if let Some(c) = c
+            && lo <= c
+            && c <= hi
+        {
+            matched = true;
+        }
+    }
+    let hit = c.is_some_and(|c| c != '/') && matched != negated;
+    Some((hit, i))
+}
+
+/// Go's `filepath.Glob`, sorted per directory as Go's is. `None` for a
+/// malformed pattern.
+pub fn glob(pattern: &str) -> Option<Vec<String>> {
+    if !has_meta(pattern) {
+        return Some(if std::fs::symlink_metadata(pattern).is_ok() {
+            vec![pattern.to_string()]
+        } else {
+            Vec::new()
+        });
+    }
+    let (dir, file) = match pattern.rfind('/') {
+        Some(i) => (&pattern[..=i], &pattern[i + 1..]),
+        None => ("", pattern),
+    };
+    validate(&file.chars().collect::<Vec<_>>())?;
+    let dir = match dir {
+        "" => ".".to_string(),
+        "/" => "/".to_string(),
+        d => d[..d.len() - 1].to_string(),
+    };
+    let dirs = if has_meta(&dir) {
+        if dir == pattern {
+            return None;
+        }
+        glob(&dir)?
+    } else {
+        vec![dir]
+    };
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        for n in names {
+            if glob_match(file, &n) == Some(true) {
+                out.push(go_join(&d, &n));
+            }
+        }
+    }
+    Some(out)
+}
+
+// ---------------------------------------------------------------------------
+// The collector
+
+/// What identifies a file's content without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Key {
+    fn of(m: &std::fs::Metadata) -> Key {
+        Key {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// A file's error: the message for the log, and the line if there is one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct FileError {
+    line: Option<usize>,
+    msg: String,
+}
+
+/// One `*.prom` file as last read.
+struct FileEntry {
+    /// The `file` label: node_exporter's `filepath.Join(dir, name)`.
+    label: String,
+    key: Option<Key>,
+    /// Seconds, truncated, as node_exporter exports it.
+    mtime: i64,
+    parsed: Result<Exposition, FileError>,
+}
+
+/// A family merged over the files that carry it.
+struct Merged {
+    name: String,
+    help: String,
+    help_plain: bool,
+    kind: Kind,
+    /// (file, family, series), sorted by label values over all files.
+    series: Vec<(usize, usize, usize)>,
+}
+
+/// The merge of the current files, kept while none of them changes.
+#[derive(Default)]
+struct Merge {
+    families: Vec<Merged>,
+    /// Per file: the reason it was left out of the merge, if it was.
+    conflicts: Vec<Option<FileError>>,
+    /// Every family name of every parsed file → whether a built-in
+    /// collector exports it this scrape.
+    names: HashMap<String, bool>,
+    /// The files' built-in clashes the merge was made with.
+    clashes: Vec<String>,
+}
+
+pub struct TextfileCollector {
+    patterns: Vec<String>,
+    files: Vec<FileEntry>,
+    by_label: HashMap<String, usize>,
+    merge: Merge,
+    /// Whether the merge must be redone (a file changed).
+    dirty: bool,
+    /// Errors logged last scrape, so a lasting error is logged once.
+    logged: HashSet<(String, FileError)>,
+    /// Reused per scrape.
+    labels: Vec<(&'static str, &'static str)>,
+    scratch: String,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    Box::new(TextfileCollector {
+        patterns: s.texts(DIRECTORY).to_vec(),
+        files: Vec::new(),
+        by_label: HashMap::new(),
+        merge: Merge::default(),
+        dirty: true,
+        logged: HashSet::new(),
+        labels: Vec::new(),
+        scratch: String::new(),
+    })
+}
+
+/// A directory listing's error or a bound, reported like a file's.
+fn dir_error(errors: &mut Vec<(String, FileError)>, what: &str, msg: String) {
+    errors.push((what.to_string(), FileError { line: None, msg }));
+}
+
+impl TextfileCollector {
+    /// The `*.prom` files to read, in node_exporter's order.
+    fn list(&self, errors: &mut Vec<(String, FileError)>) -> Vec<(String, String)> {
+        let mut dirs = Vec::new();
+        for p in &self.patterns {
+            match glob(p) {
+                Some(found) if !found.is_empty() => dirs.extend(found),
+                _ => dirs.push(p.clone()),
+            }
+        }
+        let mut out = Vec::new();
+        for dir in dirs {
+            if dir.is_empty() {
+                continue;
+            }
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) => {
+                    dir_error(errors, &dir, format!("failed to read textfile collector directory: {e}"));
+                    continue;
+                }
+            };
+            let mut names: Vec<String> = Vec::new();
+            for e in entries {
+                match e {
+                    Ok(e) => match e.file_name().into_string() {
+                        Ok(n) if n.ends_with(".prom") => names.push(n),
+                        Ok(_) => {}
+                        Err(n) if n.as_encoded_bytes().ends_with(b".prom") => dir_error(
+                            errors,
+                            &dir,
+                            format!("a file name is not valid UTF-8: {:?}", n.to_string_lossy()),
+                        ),
+                        Err(_) => {}
+                    },
+                    Err(e) => dir_error(errors, &dir, format!("failed to read textfile collector directory: {e}")),
+                }
+            }
+            names.sort();
+            for n in names {
+                if out.len() == MAX_FILES {
+                    dir_error(
+                        errors,
+                        &dir,
+                        format!("more than {MAX_FILES} *.prom files; the rest are not read"),
+                    );
+                    return out;
+                }
+                let label = go_join(&dir, &n);
+                out.push((dir.clone(), label));
+            }
+        }
+        out
+    }
+
+    /// Brings `files` up to date with the directory: stats every file,
+    /// reads and parses those whose key changed.
+    fn refresh(&mut self, errors: &mut Vec<(String, FileError)>) {
+        let listed = self.list(errors);
+        let mut old = std::mem::take(&mut self.files);
+        let old_index = std::mem::take(&mut self.by_label);
+        let mut total: u64 = 0;
+        let same_set = listed.len() == old.len()
+            && listed.iter().zip(&old).all(|((_, l), f)| *l == f.label);
+        if !same_set {
+            self.dirty = true;
+        }
+        for (_, label) in listed {
+            let prev = old_index.get(&label).map(|&i| {
+                std::mem::replace(
+                    &mut old[i],
+                    FileEntry {
+                        label: String::new(),
+                        key: None,
+                        mtime: 0,
+                        parsed: Ok(Exposition::default()),
+                    },
+                )
+            });
+            let meta = std::fs::metadata(&label);
+            let key = meta.as_ref().ok().map(Key::of);
+            if let (Some(p), Some(k)) = (&prev, key)
+                && p.key == Some(k)
+            {
+                total += k.size;
+                if total <= MAX_TOTAL_BYTES {
+                    self.by_label.insert(label, self.files.len());
+                    self.files.push(prev.unwrap());
+                    continue;
+                }
+            }
+            self.dirty = true;
+            let entry = match meta {
+                Err(e) => FileEntry {
+                    label: label.clone(),
+                    key: None,
+                    mtime: 0,
+                    parsed: Err(FileError {
+                        line: None,
+                        msg: format!("failed to open textfile data file: {e}"),
+                    }),
+                },
+                Ok(m) => {
+                    let k = Key::of(&m);
+                    let parsed = if prev.is_none() || prev.as_ref().and_then(|p| p.key) != Some(k) {
+                        total += if m.is_file() { k.size } else { 0 };
+                        if total > MAX_TOTAL_BYTES {
+                            Err(FileError {
+                                line: None,
+                                msg: format!(
+                                    "the *.prom files exceed {} MiB in all; this one is not read",
+                                    MAX_TOTAL_BYTES >> 20
+                                ),
+                            })
+                        } else {
+                            read_file(&label)
+                        }
+                    } else {
+                        Err(FileError {
+                            line: None,
+                            msg: format!(
+                                "the *.prom files exceed {} MiB in all; this one is not read",
+                                MAX_TOTAL_BYTES >> 20
+                            ),
+                        })
+                    };
+                    FileEntry {
+                        label: label.clone(),
+                        // A bad file is not read again until it changes; one
+                        // left out by the size bound is tried every scrape.
+                        key: match &parsed {
+                            Err(e) if e.msg.contains("in all; this one is not read") => None,
+                            _ => Some(k),
+                        },
+                        mtime: m.mtime(),
+                        parsed,
+                    }
+                }
+            };
+            self.by_label.insert(label, self.files.len());
+            self.files.push(entry);
+        }
+        for f in &self.files {
+            if let Err(e) = &f.parsed {
+                errors.push((f.label.clone(), e.clone()));
+            }
+        }
+    }
+
+    /// Redoes the merge when a file changed or the built-in clashes did.
+    fn merge_if_needed(&mut self, written: &[u8], format: Format) {
+        if self.dirty {
+            self.merge.names.clear();
+            for f in &self.files {
+                if let Ok(e) = &f.parsed {
+                    for fam in &e.families {
+                        self.merge.names.insert(fam.name.clone(), false);
+                    }
+                }
+            }
+        }
+        // Which of them a built-in collector wrote this scrape.
+        for v in self.merge.names.values_mut() {
+            *v = false;
+        }
+        if !self.merge.names.is_empty() {
+            for at in memchr::memmem::find_iter(written, b"# TYPE ") {
+                if at != 0 && written[at - 1] != b'\n' {
+                    continue;
+                }
+                let rest = &written[at + 7..];
+                let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+                let line = &rest[..end];
+                let Some(sp) = memchr::memchr(b' ', line) else {
+                    continue;
+                };
+                let Ok(name) = std::str::from_utf8(&line[..sp]) else {
+                    continue;
+                };
+                if let Some(v) = self.merge.names.get_mut(name) {
+                    *v = true;
+                }
+                if format == Format::OpenMetrics && &line[sp + 1..] == b"counter" {
+                    self.scratch.clear();
+                    self.scratch.push_str(name);
+                    self.scratch.push_str("_total");
+                    if let Some(v) = self.merge.names.get_mut(self.scratch.as_str()) {
+                        *v = true;
+                    }
+                }
+            }
+        }
+        let clashes_changed = {
+            let now = self.merge.names.iter().filter(|(_, v)| **v).count();
+            now != self.merge.clashes.len()
+                || self
+                    .merge
+                    .clashes
+                    .iter()
+                    .any(|n| self.merge.names.get(n) != Some(&true))
+        };
+        if !self.dirty && !clashes_changed {
+            return;
+        }
+        self.merge.clashes = self
+            .merge
+            .names
+            .iter()
+            .filter(|(_, v)| **v)
+            .map(|(n, _)| n.clone())
+            .collect();
+        self.merge.clashes.sort();
+        let builtin: HashSet<&str> = self.merge.clashes.iter().map(String::as_str).collect();
+        let (families, conflicts) = merge(&self.files, &builtin);
+        self.merge.families = families;
+        self.merge.conflicts = conflicts;
+        self.dirty = false;
+    }
+
+    /// Logs each error that was not there last scrape, in file order.
+    fn log_errors(&mut self, errors: Vec<(String, FileError)>) {
+        let mut now = HashSet::with_capacity(errors.len());
+        for (file, e) in errors {
+            if !self.logged.contains(&(file.clone(), e.clone())) {
+                tracing::warn!(
+                    collector = "textfile",
+                    file = %file,
+                    line = e.line,
+                    error = %e.msg,
+                    "textfile skipped"
+                );
+            }
+            now.insert((file, e));
+        }
+        self.logged = now;
+    }
+}
+
+/// Reads and parses one file; any failure is the file's error.
+fn read_file(path: &str) -> Result<Exposition, FileError> {
+    let path = Path::new(path);
+    let (dir, name) = (
+        path.parent().unwrap_or(Path::new("")),
+        path.file_name().map(PathBuf::from).unwrap_or_default(),
+    );
+    let mut file = SourceFile::new(dir, &name.to_string_lossy());
+    let text = match file.read() {
+        Ok(Read::Text(t)) => t,
+        Ok(Read::Absent) => {
+            return Err(FileError {
+                line: None,
+                msg: "failed to open textfile data file: it is gone".to_string(),
+            });
+        }
+        Err(e) => {
+            return Err(FileError {
+                line: None,
+                msg: e.cause,
+            });
+        }
+    };
+    let mut out = Exposition::default();
+    let parsed = parse_into(text, &mut out);
+    // A line left out as invalid UTF-8 would change the file's meaning.
+    if let Some(&line) = file.dropped_lines().first() {
+        return Err(FileError {
+            line: Some(line),
+            msg: "not valid UTF-8".to_string(),
+        });
+    }
+    if let Err(e) = parsed {
+        return Err(FileError {
+            line: Some(e.line),
+            msg: format!("text format parsing error: {}", e.msg),
+        });
+    }
+    if let Some(line) = out.timestamp_line {
+        return Err(FileError {
+            line: Some(line),
+            msg: "contains unsupported client-side timestamps, skipping entire file".to_string(),
+        });
+    }
+    for f in &out.families {
+        if let Some(p) = RESERVED_PREFIXES.iter().find(|p| f.name.starts_with(*p)) {
+            return Err(FileError {
+                line: Some(f.line),
+                msg: format!(
+                    "family {} clashes with usescope's own families ({p}*)",
+                    f.name
+                ),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The label set that identifies a series across files: empty values are
+/// absent values in Prometheus.
+fn identity(s: &Series) -> Vec<(&str, &str)> {
+    s.labels
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect()
+}
+
+/// The `_count`/`_sum`/`_bucket` base of a name, if it has one of them.
+fn suffix_base(name: &str) -> Option<(&str, &'static str)> {
+    ["_count", "_sum", "_bucket"]
+        .into_iter()
+        .find_map(|s| Some((name.strip_suffix(s)?, s)))
+}
+
+/// Merges the parsed files in order. A file that conflicts with what is
+/// already taken, or with a built-in family, is left out whole.
+fn merge(
+    files: &[FileEntry],
+    builtin: &HashSet<&str>,
+) -> (Vec<Merged>, Vec<Option<FileError>>) {
+    struct Taken<'a> {
+        help: Option<&'a str>,
+        kind: Kind,
+        file: usize,
+        series: HashMap<Vec<(&'a str, &'a str)>, (usize, usize)>,
+        parts: Vec<(usize, usize)>,
+    }
+    let mut taken: BTreeMap<&str, Taken> = BTreeMap::new();
+    let mut conflicts = Vec::with_capacity(files.len());
+    for (fi, file) in files.iter().enumerate() {
+        let Ok(exp) = &file.parsed else {
+            conflicts.push(None);
+            continue;
+        };
+        let mine: HashMap<&str, Kind> =
+            exp.families.iter().map(|f| (f.name.as_str(), f.kind)).collect();
+        let kind_of = |name: &str| {
+            mine.get(name)
+                .copied()
+                .or_else(|| taken.get(name).map(|t| t.kind))
+        };
+        let mut conflict = None;
+        'families: for fam in &exp.families {
+            let err = |msg: String| FileError {
+                line: Some(fam.line),
+                msg,
+            };
+            if builtin.contains(fam.name.as_str()) {
+                conflict = Some(err(format!(
+                    "family {} is already exported by a built-in collector",
+                    fam.name
+                )));
+                break;
+            }
+            if let Some((base, suffix)) = suffix_base(&fam.name) {
+                let base_kind = kind_of(base);
+                if base_kind == Some(Kind::Histogram)
+                    || (base_kind == Some(Kind::Summary) && suffix != "_bucket")
+                {
+                    conflict = Some(err(format!(
+                        "family {} collides with the {} {base}",
+                        fam.name,
+                        base_kind.map_or("", Kind::name)
+                    )));
+                    break;
+                }
+            }
+            if matches!(fam.kind, Kind::Summary | Kind::Histogram) {
+                let suffixes: &[&str] = if fam.kind == Kind::Histogram {
+                    &["_count", "_sum", "_bucket"]
+                } else {
+                    &["_count", "_sum"]
+                };
+                for s in suffixes {
+                    let other = format!("{}{s}", fam.name);
+                    if kind_of(&other).is_some() {
+                        conflict = Some(err(format!(
+                            "{} {} collides with the family {other}",
+                            fam.kind.name(),
+                            fam.name
+                        )));
+                        break 'families;
+                    }
+                }
+            }
+            let Some(t) = taken.get(fam.name.as_str()) else {
+                continue;
+            };
+            let other = &files[t.file].label;
+            if t.kind != fam.kind {
+                conflict = Some(err(format!(
+                    "family {} is a {} here but a {} in {other}",
+                    fam.name,
+                    fam.kind.name(),
+                    t.kind.name()
+                )));
+                break;
+            }
+            if let (Some(a), Some(b)) = (t.help, fam.help.as_deref())
+                && a != b
+            {
+                conflict = Some(err(format!(
+                    "family {} has another HELP text than in {other}",
+                    fam.name
+                )));
+                break;
+            }
+            for s in &fam.series {
+                if t.series.contains_key(&identity(s)) {
+                    conflict = Some(FileError {
+                        line: Some(s.line),
+                        msg: format!(
+                            "series {} is already in {other}",
+                            series_text(&fam.name, &s.labels)
+                        ),
+                    });
+                    break 'families;
+                }
+            }
+        }
+        if conflict.is_some() {
+            conflicts.push(conflict);
+            continue;
+        }
+        conflicts.push(None);
+        for (fam_i, fam) in exp.families.iter().enumerate() {
+            let t = taken.entry(fam.name.as_str()).or_insert_with(|| Taken {
+                help: None,
+                kind: fam.kind,
+                file: fi,
+                series: HashMap::new(),
+                parts: Vec::new(),
+            });
+            if t.help.is_none() {
+                t.help = fam.help.as_deref();
+            }
+            for (si, s) in fam.series.iter().enumerate() {
+                t.series.insert(identity(s), (fi, si));
+            }
+            t.parts.push((fi, fam_i));
+        }
+    }
+    let families = taken
+        .into_iter()
+        .map(|(name, t)| {
+            let help = match t.help {
+                Some(h) => h.to_string(),
+                None => {
+                    let paths: Vec<&str> =
+                        t.parts.iter().map(|&(f, _)| files[f].label.as_str()).collect();
+                    format!("Metric read from {}", paths.join(", "))
+                }
+            };
+            let mut series: Vec<(usize, usize, usize)> = t
+                .parts
+                .iter()
+                .flat_map(|&(f, fam)| {
+                    let n = family_of(files, f, fam).series.len();
+                    (0..n).map(move |s| (f, fam, s))
+                })
+                .collect();
+            series.sort_by(|a, b| {
+                let sa = &family_of(files, a.0, a.1).series[a.2];
+                let sb = &family_of(files, b.0, b.1).series[b.2];
+                let va = sa.labels.iter().map(|(_, v)| v);
+                let vb = sb.labels.iter().map(|(_, v)| v);
+                va.cmp(vb)
+            });
+            Merged {
+                name: name.to_string(),
+                help_plain: help_is_plain(&help),
+                help,
+                kind: t.kind,
+                series,
+            }
+        })
+        .collect();
+    (families, conflicts)
+}
+
+fn family_of(files: &[FileEntry], f: usize, fam: usize) -> &Family {
+    match &files[f].parsed {
+        Ok(e) => &e.families[fam],
+        // The merge only refers to parsed files.
+        Err(_) => unreachable!("merged family of an unparsed file"),
+    }
+}
+
+impl Collector for TextfileCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let mut errors = Vec::new();
+        self.refresh(&mut errors);
+        let format = enc.format();
+        self.merge_if_needed(enc.written(), format);
+        for (f, c) in self.files.iter().zip(&self.merge.conflicts) {
+            if let Some(c) = c {
+                errors.push((f.label.clone(), c.clone()));
+            }
+        }
+        let errored = !errors.is_empty();
+        self.log_errors(errors);
+
+        let mut labels: Vec<(&str, &str)> = recycle(std::mem::take(&mut self.labels));
+        for m in &self.merge.families {
+            enc.family_named(&m.name, &m.help, m.help_plain, m.kind.metric_type());
+            // OpenMetrics names a counter's samples NAME_total.
+            let suffix = if format == Format::OpenMetrics
+                && m.kind == Kind::Counter
+                && !m.name.ends_with("_total")
+            {
+                "_total"
+            } else {
+                ""
+            };
+            for &(f, fam, s) in &m.series {
+                let s = &family_of(&self.files, f, fam).series[s];
+                labels.clear();
+                labels.extend(s.labels.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+                match m.kind {
+                    Kind::Counter | Kind::Gauge | Kind::Untyped => {
+                        enc.sample_named(&m.name, suffix, &labels, None, Value::F64(s.value));
+                    }
+                    Kind::Summary | Kind::Histogram => {
+                        let (extra, parts) = if m.kind == Kind::Summary {
+                            ("quantile", "")
+                        } else {
+                            ("le", "_bucket")
+                        };
+                        let mut inf_seen = false;
+                        for p in &s.points {
+                            labels.push((extra, p.label.as_str()));
+                            enc.sample_named(&m.name, parts, &labels, None, Value::F64(p.value));
+                            labels.pop();
+                            inf_seen |= p.bound == f64::INFINITY;
+                        }
+                        if m.kind == Kind::Histogram && !inf_seen {
+                            labels.push(("le", "+Inf"));
+                            enc.sample_named(&m.name, "_bucket", &labels, None, Value::F64(s.count));
+                            labels.pop();
+                        }
+                        enc.sample_named(&m.name, "_sum", &labels, None, Value::F64(s.sum));
+                        enc.sample_named(&m.name, "_count", &labels, None, Value::F64(s.count));
+                    }
+                }
+            }
+        }
+        labels.clear();
+        self.labels = recycle(labels);
+
+        let mut ok: Vec<(&str, i64)> = self
+            .files
+            .iter()
+            .zip(&self.merge.conflicts)
+            .filter(|(f, c)| f.parsed.is_ok() && c.is_none())
+            .map(|(f, _)| (f.label.as_str(), f.mtime))
+            .collect();
+        ok.sort();
+        if !ok.is_empty() {
+            enc.family(&MTIME);
+            for (file, mtime) in ok {
+                enc.sample(&MTIME, &[("file", file)], mtime);
+            }
+        }
+        enc.family(&SCRAPE_ERROR);
+        enc.sample(&SCRAPE_ERROR, &[], u64::from(errored));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collectors::FlagValue;
+    use crate::collectors::test_support::{fixture, render};
+
+    fn parse(s: &str) -> Result<Exposition, ParseError> {
+        parse_fresh(s, parse_into)
+    }
+
+    fn err(s: &str) -> ParseError {
+        parse(s).unwrap_err()
+    }
+
+    #[test]
+    fn floats_as_go_parses_them() {
+        for (s, v) in [
+            ("1", 1.0),
+            ("-1.5", -1.5),
+            ("1e3", 1000.0),
+            (".5", 0.5),
+            ("5.", 5.0),
+            ("+Inf", f64::INFINITY),
+            ("-inf", f64::NEG_INFINITY),
+            ("Infinity", f64::INFINITY),
+            ("1e-400", 0.0),
+        ] {
+            assert_eq!(go_parse_float(s), Some(v), "{s}");
+        }
+        assert!(go_parse_float("NaN").unwrap().is_nan());
+        assert!(go_parse_float("nan").unwrap().is_nan());
+        for s in ["", "+NaN", "-nan", "1e400", "0x10", "0x1p3", "1_000", "x", "1,5", "."] {
+            assert_eq!(go_parse_float(s), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn floats_as_go_formats_them() {
+        for (f, s) in [
+            (0.0, "0"),
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (0.5, "0.5"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (100000.0, "100000"),
+            (1e6, "1e+06"),
+            (1234567.0, "1.234567e+06"),
+            (2.5e-7, "2.5e-07"),
+            (1e300, "1e+300"),
+            (f64::INFINITY, "+Inf"),
+            (f64::NEG_INFINITY, "-Inf"),
+        ] {
+            assert_eq!(go_format_float(f), s, "{f}");
+        }
+    }
+
+    #[test]
+    fn simple_families() {
+        let e = parse(
+            "# HELP b_total Escaped \\\\ and \\n and \\\".\n# TYPE b_total counter\n\
+             b_total{x=\"1\"} 3\n  b_total { y = \"q\\\"\\\\\\n\" , } 4\n\
+             # a comment\n\n#\n# TYPE\na 1\n",
+        )
+        .unwrap();
+        assert_eq!(e.families.len(), 2);
+        let a = &e.families[0];
+        assert_eq!((a.name.as_str(), a.kind, a.help.as_deref()), ("a", Kind::Untyped, None));
+        let b = &e.families[1];
+        assert_eq!(b.help.as_deref(), Some("Escaped \\ and \n and \"."));
+        assert_eq!(b.kind, Kind::Counter);
+        // Missing labels filled with "", labels sorted, series sorted by values.
+        assert_eq!(
+            b.series[0].labels,
+            [("x".into(), "".into()), ("y".into(), "q\"\\\n".into())]
+        );
+        assert_eq!(b.series[1].labels, [("x".into(), "1".into()), ("y".into(), "".into())]);
+        assert_eq!((b.series[0].value, b.series[1].value), (4.0, 3.0));
+    }
+
+    #[test]
+    fn summaries_and_histograms() {
+        let e = parse(
+            "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"0.5\"} 0\nh_bucket{le=\"1000000\"} 2\n\
+             h_sum 3.5\nh_count 2\n# TYPE s summary\ns{quantile=\"0.5\",a=\"x\"} 7\n\
+             s_sum{a=\"x\"} 9\ns_count{a=\"x\"} 3.9\n",
+        )
+        .unwrap();
+        let h = &e.families[0];
+        assert_eq!(h.kind, Kind::Histogram);
+        let pts: Vec<(&str, f64)> = h.series[0]
+            .points
+            .iter()
+            .map(|p| (p.label.as_str(), p.value))
+            .collect();
+        assert_eq!(pts, [("0.5", 0.0), ("1", 1.0), ("1e+06", 2.0)]);
+        assert_eq!((h.series[0].sum, h.series[0].count), (3.5, 2.0));
+        let s = &e.families[1];
+        assert_eq!(s.series.len(), 1);
+        assert_eq!(s.series[0].labels, [("a".into(), "x".into())]);
+        assert_eq!((s.series[0].sum, s.series[0].count), (9.0, 3.0));
+        assert_eq!(s.series[0].points[0].value, 7.0);
+    }
+
+    #[test]
+    fn timestamps_are_noted() {
+        let e = parse("a 1\nb 2 1700000000000\n").unwrap();
+        assert_eq!(e.timestamp_line, Some(2));
+        assert!(err("a 1 x\n").msg.contains("expected integer as timestamp"));
+        assert!(err("a 1 \n").msg.contains("expected integer as timestamp"));
+        assert!(err("a 1 5 \n").msg.contains("spurious string"));
+    }
+
+    #[test]
+    fn malformed() {
+        let cases: &[(&str, usize, &str)] = &[
+            ("a 1", 1, "unexpected end of input"),
+            ("a 1\n# x", 2, "unexpected end of input"),
+            ("a\n", 1, "expected float as value"),
+            ("a 1\r\n", 1, "expected float as value"),
+            ("a x\n", 1, "expected float as value"),
+            ("a 1e999\n", 1, "expected float as value"),
+            ("9a 1\n", 1, "invalid metric name"),
+            ("{a=\"1\"} 1\n", 1, "inside the braces"),
+            ("\"a\" 1\n", 1, "quoted"),
+            ("a{b=\"1\",b=\"2\"} 1\n", 1, "duplicate label names"),
+            ("a{__name__=\"x\"} 1\n", 1, "reserved"),
+            ("a{__x=\"x\"} 1\n", 1, "reserved"),
+            ("a{b=1} 1\n", 1, "at start of label value"),
+            ("a{b\"1\"} 1\n", 1, "expected '='"),
+            ("a{b=\"1\" c=\"2\"} 1\n", 1, "unexpected end of label value"),
+            ("a{b=\"1} 1\n", 1, "unescaped new-line"),
+            ("a{b=\"\\x\"} 1\n", 1, "invalid escape"),
+            ("a{9=\"1\"} 1\n", 1, "invalid label name"),
+            ("# HELP a x\n# HELP a y\n", 2, "second HELP"),
+            ("# HELP a x\\q\n", 1, "invalid escape"),
+            ("# HELP a x\\\n", 1, "invalid escape"),
+            ("# TYPE a gauge\n# TYPE a counter\n", 2, "second TYPE"),
+            ("a 1\n# TYPE a gauge\n", 2, "TYPE reported after samples"),
+            ("# TYPE a gauge \n", 1, "unknown metric type"),
+            ("# TYPE a foo\n", 1, "unknown metric type"),
+            ("# TYPE a gaugehistogram\n", 1, "not supported"),
+            ("# TYPE a-b gauge\n", 1, "invalid metric name in comment"),
+            ("# TYPE s summary\ns{quantile=\"x\"} 1\n", 2, "'quantile' label"),
+            ("# TYPE h histogram\nh_bucket{le=\"x\"} 1\n", 2, "'le' label"),
+            ("# TYPE h histogram\nh_bucket{le=\"1\"} -1\n", 2, "negative bucket"),
+            ("# TYPE h histogram\nh_count -1\n", 2, "negative count"),
+            ("a{b=\"1\"} 1\nc 1\na{b=\"1\"} 2\n", 3, "duplicate series"),
+        ];
+        for &(text, line, what) in cases {
+            let e = err(text);
+            assert!(e.msg.contains(what), "{text:?}: {e}");
+            assert_eq!(e.line, line, "{text:?}: {e}");
+        }
+        // Accepted oddities, as expfmt accepts them.
+        assert!(parse("").unwrap().families.is_empty());
+        assert!(parse("  \n\t\n   ").unwrap().families.is_empty());
+        assert!(parse("# HELP\n# HELP a\n# TYPE a \n#x y z\n").unwrap().families.is_empty());
+        assert_eq!(parse("# TYPE a GAUGE\na NaN\n").unwrap().families[0].kind, Kind::Gauge);
+        // Interleaved samples of one family are one family.
+        let e = parse("a{x=\"1\"} 1\nb 1\na{x=\"2\"} 2\n").unwrap();
+        assert_eq!(e.families[0].series.len(), 2);
+    }
+
+    #[test]
+    fn paths_as_go_cleans_and_globs_them() {
+        assert_eq!(go_clean("a//b/./c/"), "a/b/c");
+        assert_eq!(go_clean("/../a/../b"), "/b");
+        assert_eq!(go_clean("../a"), "../a");
+        assert_eq!(go_clean(""), ".");
+        assert_eq!(go_join("./dir/", "x.prom"), "dir/x.prom");
+        for (p, n, m) in [
+            ("*.prom", "a.prom", true),
+            ("*.prom", "a.txt", false),
+            ("a?c", "abc", true),
+            ("[a-c]x", "bx", true),
+            ("[^a-c]x", "bx", false),
+            ("\\*", "*", true),
+            ("*", "a/b", false),
+        ] {
+            assert_eq!(glob_match(p, n), Some(m), "{p} {n}");
+        }
+        assert_eq!(glob_match("[", "x"), None);
+        assert_eq!(glob_match("a\\", "a"), None);
+        let root = fixture("textfile");
+        let found = glob(&format!("{}/g*", root.display())).unwrap();
+        assert!(found.iter().any(|p| p.ends_with("/good")), "{found:?}");
+    }
+
+    fn collector(dirs: &[&Path]) -> TextfileCollector {
+        let mut s = Settings::with_roots("/nonexistent", "/nonexistent");
+        s.set(
+            DIRECTORY,
+            Some(FlagValue::TextList(
+                dirs.iter().map(|d| d.display().to_string()).collect(),
+            )),
+        );
+        TextfileCollector {
+            patterns: s.texts(DIRECTORY).to_vec(),
+            files: Vec::new(),
+            by_label: HashMap::new(),
+            merge: Merge::default(),
+            dirty: true,
+            logged: HashSet::new(),
+            labels: Vec::new(),
+            scratch: String::new(),
+        }
+    }
+
+    /// The output without the mtime values, which depend on the checkout.
+    fn stable(out: &str) -> String {
+        out.lines()
+            .map(|l| match l.strip_prefix("node_textfile_mtime_seconds{") {
+                Some(rest) => format!(
+                    "node_textfile_mtime_seconds{{{} T",
+                    rest.rsplit_once(' ').map_or(rest, |(a, _)| a)
+                ),
+                None => l.to_string(),
+            })
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn no_directory_is_no_error() {
+        let mut c = build(&Settings::with_roots("/x", "/y"));
+        assert_eq!(
+            render(c.as_mut()).unwrap(),
+            "# HELP node_textfile_scrape_error 1 if there was an error opening or reading a file, 0 otherwise\n\
+             # TYPE node_textfile_scrape_error gauge\nnode_textfile_scrape_error 0\n"
+        );
+        let mut c = collector(&[Path::new("/nonexistent-usescope")]);
+        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 1\n"));
+    }
+
+    #[test]
+    fn good_directory() {
+        let dir = fixture("textfile/good");
+        let mut c = collector(&[&dir]);
+        let out = stable(&render(&mut c).unwrap());
+        let d = dir.display();
+        let expected = format!(
+            "# HELP app_jobs_total Jobs run, by result.\n\
+             # TYPE app_jobs_total counter\n\
+             app_jobs_total{{result=\"failed\"}} 2\n\
+             app_jobs_total{{result=\"ok\"}} 40\n\
+             # HELP app_last_run_seconds Metric read from {d}/app.prom\n\
+             # TYPE app_last_run_seconds untyped\n\
+             app_last_run_seconds 1700000000\n"
+        );
+        assert!(out.contains(&expected), "{out}");
+        assert!(out.contains(
+            "app_request_duration_seconds_bucket{handler=\"/\",le=\"1e+06\"} 11\n\
+             app_request_duration_seconds_bucket{handler=\"/\",le=\"+Inf\"} 11\n"
+        ));
+        // The +Inf bucket a histogram lacks is its count.
+        assert!(out.contains(
+            "app_request_duration_seconds_bucket{handler=\"/api\",le=\"+Inf\"} 2\n"
+        ));
+        assert!(out.contains("app_rpc_seconds{quantile=\"0.99\"} 0.25\napp_rpc_seconds_sum 17.5\n"));
+        assert!(out.contains(
+            "# HELP app_build_info Build facts: a \"quoted\" word, a back\\\\slash and a\\nnewline.\n"
+        ), "{out}");
+        assert!(out.contains(
+            "app_build_info{note=\"say \\\"hi\\\"\\nbye\",path=\"C:\\\\tmp\\\\x\",version=\"1.2.3\"} 1\n"
+        ), "{out}");
+        assert!(out.contains("app_temperature_celsius{extra=\"\",sensor=\"a\"} NaN\n"));
+        assert!(out.contains(&format!("node_textfile_mtime_seconds{{file=\"{d}/app.prom\"}} T\n")));
+        assert!(out.ends_with("node_textfile_scrape_error 0\n"), "{out}");
+        // A second scrape reuses the parse and writes the same.
+        assert_eq!(stable(&render(&mut c).unwrap()), out);
+    }
+
+    #[test]
+    fn bad_files_are_skipped_alone() {
+        let dir = fixture("textfile/bad");
+        let mut c = collector(&[&dir]);
+        let out = render(&mut c).unwrap();
+        assert!(out.ends_with("node_textfile_scrape_error 1\n"), "{out}");
+        // The good file's families and mtime are there; no bad file's are.
+        assert!(out.contains("ok_value 1\n"), "{out}");
+        let mtimes: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("node_textfile_mtime_seconds{"))
+            .collect();
+        assert_eq!(mtimes.len(), 1, "{mtimes:?}");
+        assert!(mtimes[0].contains("/ok.prom\""), "{mtimes:?}");
+        let errors: BTreeMap<String, FileError> = c
+            .logged
+            .iter()
+            .map(|(f, e)| (f.rsplit('/').next().unwrap().to_string(), e.clone()))
+            .collect();
+        let line = |f: &str| errors.get(f).and_then(|e| e.line);
+        assert_eq!(line("syntax.prom"), Some(3), "{errors:?}");
+        assert_eq!(line("timestamps.prom"), Some(2), "{errors:?}");
+        assert_eq!(line("utf8.prom"), Some(2), "{errors:?}");
+        assert!(errors.contains_key("nonl.prom"), "{errors:?}");
+        assert!(errors.contains_key("dup.prom"), "{errors:?}");
+        assert!(errors.contains_key("reserved.prom"), "{errors:?}");
+        assert!(!errors.contains_key("ok.prom"), "{errors:?}");
+    }
+
+    #[test]
+    fn conflicting_files_lose_to_earlier_ones() {
+        let dir = fixture("textfile/conflict");
+        let mut c = collector(&[&dir]);
+        let out = render(&mut c).unwrap();
+        assert!(out.ends_with("node_textfile_scrape_error 1\n"), "{out}");
+        let errors: BTreeMap<String, String> = c
+            .logged
+            .iter()
+            .map(|(f, e)| (f.rsplit('/').next().unwrap().to_string(), e.msg.clone()))
+            .collect();
+        assert!(errors["b_type.prom"].contains("is a gauge here but a counter"), "{errors:?}");
+        assert!(errors["z_help.prom"].contains("another HELP"), "{errors:?}");
+        assert!(errors["d_series.prom"].contains("is already in"), "{errors:?}");
+        assert!(errors["e_suffix.prom"].contains("collides"), "{errors:?}");
+        assert!(!errors.contains_key("a_first.prom"));
+        assert!(!errors.contains_key("f_more.prom"), "{errors:?}");
+        // f_more adds a series to a_first's family, without a HELP of its own.
+        assert!(out.contains("shared_total{job=\"a\"} 1\nshared_total{job=\"f\"} 6\n"), "{out}");
+    }
+
+    #[test]
+    fn builtin_families_are_not_overwritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("x.prom"), "node_load1 99\n").unwrap();
+        std::fs::write(tmp.path().join("y.prom"), "fine 1\n").unwrap();
+        let mut c = collector(&[tmp.path()]);
+        let mut buf = b"# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 0.5\n".to_vec();
+        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
+        c.collect(&mut enc).unwrap();
+        let out = String::from_utf8(buf).unwrap();
+        assert!(!out.contains("99"), "{out}");
+        assert!(out.contains("fine 1\n"), "{out}");
+        assert!(out.ends_with("node_textfile_scrape_error 1\n"));
+        // Without the built-in family, the file is taken.
+        let out = render(&mut c).unwrap();
+        assert!(out.contains("node_load1 99\n"), "{out}");
+        assert!(out.ends_with("node_textfile_scrape_error 0\n"));
+    }
+
+    #[test]
+    fn changes_are_seen_and_bounds_hold() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("x.prom");
+        std::fs::write(&f, "a 1\n").unwrap();
+        let mut c = collector(&[tmp.path()]);
+        assert!(render(&mut c).unwrap().contains("a 1\n"));
+        std::fs::write(&f, "a 2\n").unwrap();
+        assert!(render(&mut c).unwrap().contains("a 2\n"));
+        std::fs::write(&f, "a 2 x\n").unwrap();
+        let out = render(&mut c).unwrap();
+        assert!(!out.contains("\na "), "{out}");
+        assert!(out.ends_with("node_textfile_scrape_error 1\n"));
+        // Not read again while unchanged, and still an error.
+        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 1\n"));
+        std::fs::remove_file(&f).unwrap();
+        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 0\n"));
+        // A FIFO is refused without blocking.
+        let fifo = tmp.path().join("p.prom");
+        let cpath = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(cpath.as_ptr(), 0o600) }, 0);
+        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 1\n"));
+        let logged: Vec<String> = c.logged.iter().map(|(_, e)| e.msg.clone()).collect();
+        assert!(logged.iter().any(|m| m.contains("FIFO")), "{logged:?}");
+    }
+
+    #[test]
+    fn openmetrics_counters_get_total() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("x.prom"),
+            "# TYPE c counter\nc 1\n# TYPE d_total counter\nd_total 2\n# TYPE u untyped\nu 3\n",
+        )
+        .unwrap();
+        let mut c = collector(&[tmp.path()]);
+        let mut buf = Vec::new();
+        let mut enc = Encoder::new(&mut buf, Format::OpenMetrics);
+        c.collect(&mut enc).unwrap();
+        let out = String::from_utf8(buf).unwrap();
+        assert!(out.contains("# TYPE c counter\nc_total 1\n"), "{out}");
+        assert!(out.contains("# TYPE d counter\nd_total 2\n"), "{out}");
+        assert!(out.contains("# TYPE u unknown\nu 3\n"), "{out}");
+    }
+}
