@@ -44,6 +44,11 @@ registry! {
     pressure,
     diskstats,
     netdev,
+    netclass,
+    arp,
+    udp_queues,
+    bonding,
+    mdadm,
     netstat,
     sockstat,
     softnet,
@@ -115,6 +120,17 @@ impl Source {
             parser,
         }
     }
+
+    /// A file under `--path.sysfs`. A per-device attribute names one
+    /// device of the fixture tree (`class/net/eth0/mtu`): the collector
+    /// reads the same file of every device.
+    pub const fn sys(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Sysfs,
+            path,
+            parser,
+        }
+    }
 }
 
 /// A pure parser, as the tests and fuzzers see it.
@@ -171,6 +187,9 @@ pub enum FlagKind {
     Regex,
     /// Any string.
     Text,
+    /// A switch, kingpin's bool flag: `--NAME` sets it, `--no-NAME`
+    /// clears it; `default` is `"true"` or `"false"`.
+    Bool,
 }
 
 /// A flag's parsed value.
@@ -178,6 +197,7 @@ pub enum FlagKind {
 pub enum FlagValue {
     Regex(Regex),
     Text(String),
+    Bool(bool),
 }
 
 impl FlagValue {
@@ -185,6 +205,11 @@ impl FlagValue {
     pub fn parse(kind: FlagKind, raw: &str) -> Result<FlagValue, String> {
         match kind {
             FlagKind::Text => Ok(FlagValue::Text(raw.to_string())),
+            FlagKind::Bool => match raw {
+                "true" => Ok(FlagValue::Bool(true)),
+                "false" => Ok(FlagValue::Bool(false)),
+                _ => Err(format!("{raw:?} is not true or false")),
+            },
             FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
                 // regex's message spans lines (pattern, caret, cause); keep the cause.
                 e.to_string()
@@ -244,6 +269,11 @@ impl Settings {
             Some(FlagValue::Regex(r)) => Some(r),
             _ => None,
         }
+    }
+
+    /// A [`FlagKind::Bool`] flag's value; false when unset.
+    pub fn switch(&self, flag: &str) -> bool {
+        matches!(self.flag(flag), Some(FlagValue::Bool(true)))
     }
 
     /// A [`FlagKind::Text`] flag's value.
@@ -573,21 +603,28 @@ mod registry_tests {
         let mut failures = Vec::new();
         for spec in ALL {
             let root = base.join(spec.name);
+            let sys = base.join(format!("{}-sys", spec.name));
             std::fs::create_dir_all(&root).unwrap();
+            std::fs::create_dir_all(&sys).unwrap();
             copy_tree(&fixture("proc"), &root);
-            for s in spec.sources.iter().filter(|s| s.root == Root::Procfs) {
+            copy_tree(&fixture("sys"), &sys);
+            let under = |s: &Source| match s.root {
+                Root::Procfs => root.join(s.path),
+                Root::Sysfs => sys.join(s.path),
+            };
+            for s in spec.sources {
                 if let Some(f) = fixture_of(s)
-                    && !root.join(s.path).exists()
+                    && !under(s).exists()
                 {
-                    std::fs::create_dir_all(root.join(s.path).parent().unwrap()).unwrap();
-                    std::fs::copy(f, root.join(s.path)).unwrap();
+                    std::fs::create_dir_all(under(s).parent().unwrap()).unwrap();
+                    std::fs::copy(f, under(s)).unwrap();
                 }
             }
-            let mut c = (spec.build)(&Settings::with_roots(&root, fixture("sys")));
+            let mut c = (spec.build)(&Settings::with_roots(&root, &sys));
             let mut buf = Vec::new();
-            for s in spec.sources.iter().filter(|s| s.root == Root::Procfs) {
+            for s in spec.sources {
                 let parser = spec.parsers.iter().find(|p| p.name == s.parser).unwrap();
-                let path = root.join(s.path);
+                let path = under(s);
                 let original = std::fs::read_to_string(&path).unwrap();
                 for (what, text) in edits(&original) {
                     std::fs::write(&path, &text).unwrap();
