@@ -566,6 +566,53 @@ mod tests {
     }
 
     #[test]
+    fn attribute_einval_is_absent_and_keeps_its_fd() {
+        // The loopback device has no link speed: EINVAL on every read.
+        let mut f = SourceFile::attribute(Path::new("/sys/class/net/lo"), "speed");
+        if !f.path().exists() {
+            return; // no sysfs here
+        }
+        assert!(matches!(f.read(), Ok(Read::Absent)));
+        let kept = f.is_kept();
+        assert!(matches!(f.read(), Ok(Read::Absent)));
+        assert_eq!(f.is_kept(), kept);
+        let mut mtu = SourceFile::attribute(Path::new("/sys/class/net/lo"), "mtu");
+        assert!(matches!(mtu.read(), Ok(Read::Text(t)) if t.trim().parse::<u32>().is_ok()));
+        // (Other tests keep attributes concurrently, so the count is only
+        // bounded here.)
+        assert!(kept_attributes() <= attribute_fd_budget());
+        // A missing attribute is absent too, and on an ordinary file system
+        // nothing is kept.
+        let dir = tree(&[("mtu", b"1500\n")]);
+        let mut f = SourceFile::attribute(dir.path(), "carrier");
+        assert!(matches!(f.read(), Ok(Read::Absent)));
+        let mut f = SourceFile::attribute(dir.path(), "mtu");
+        assert_eq!(text(&mut f), "1500\n");
+        assert!(!f.is_kept());
+    }
+
+    #[test]
+    fn attribute_budget_is_bounded() {
+        assert!(attribute_fd_budget() <= 512);
+        assert!(attribute_fd_budget() >= 1);
+    }
+
+    #[test]
+    fn dir_listing_is_sorted_and_reused() {
+        let dir = tree(&[("b", b""), ("a", b"")]);
+        std::fs::create_dir(dir.path().join("c")).unwrap();
+        let mut l = DirListing::default();
+        assert!(l.read(dir.path()).unwrap());
+        let names: Vec<(&str, bool)> = l.entries().iter().map(|e| (e.name.as_str(), e.is_file)).collect();
+        assert_eq!(names, [("a", true), ("b", true), ("c", false)]);
+        std::fs::remove_file(dir.path().join("a")).unwrap();
+        assert!(l.read(dir.path()).unwrap());
+        assert_eq!(l.entries().len(), 2);
+        assert!(!l.read(&dir.path().join("none")).unwrap());
+        assert!(l.entries().is_empty());
+    }
+
+    #[test]
     fn reads_real_proc_twice_with_kept_fd() {
         let mut f = SourceFile::new(Path::new("/proc"), "stat");
         let first = match f.read().unwrap() {

@@ -13,7 +13,7 @@
 use std::hint::black_box;
 use std::sync::OnceLock;
 
-use usescope::collectors::{self, Root};
+use usescope::collectors;
 use usescope::error::ParseError;
 use usescope::probes::btf;
 
@@ -22,7 +22,8 @@ pub type Check = fn(&str) -> Result<(), ParseError>;
 
 /// A text parser's fuzz entry point. `name` also names its corpus
 /// directory (`fuzz/corpus/NAME`); `seeds` are fixture paths relative to
-/// a /proc root (`exporter/tests/fixtures/{proc,large}`).
+/// a /proc root (`exporter/tests/fixtures/{proc,large}`) or, for sysfs
+/// sources, to `exporter/tests/fixtures/sys`.
 pub struct Target {
     pub name: &'static str,
     pub check: Check,
@@ -41,7 +42,7 @@ pub fn text_targets() -> Vec<Target> {
             seeds: spec
                 .sources
                 .iter()
-                .filter(|s| s.parser == p.name && s.root == Root::Procfs)
+                .filter(|s| s.parser == p.name)
                 .map(|s| s.path)
                 .collect(),
         })

@@ -92,7 +92,7 @@ pub const SPEC: Spec = Spec {
         Source::sys("class/net/eth0/broadcast", "netclass_address"),
         Source::sys("class/net/eth0/duplex", "netclass_word"),
         Source::sys("class/net/eth0/operstate", "netclass_word"),
-        Source::sys("class/net/eth0/ifalias", "netclass_alias"),
+        Source::sys("class/net/va/ifalias", "netclass_alias"),
     ],
     parsers: &[
         Parser::numeric("netclass_int", |t| parse_fresh(t, parse_int_into).map(drop)),
