@@ -614,7 +614,11 @@ mod tests {
         std::fs::create_dir(dir.path().join("c")).unwrap();
         let mut l = DirListing::default();
         assert!(l.read(dir.path()).unwrap());
-        let names: Vec<(&str, bool)> = l.entries().iter().map(|e| (e.name.as_str(), e.is_file)).collect();
+        let names: Vec<(&str, bool)> = l
+            .entries()
+            .iter()
+            .map(|e| (e.name.as_str(), e.is_file))
+            .collect();
         assert_eq!(names, [("a", true), ("b", true), ("c", false)]);
         std::fs::remove_file(dir.path().join("a")).unwrap();
         assert!(l.read(dir.path()).unwrap());

@@ -36,8 +36,9 @@ struct Family {
 /// out). Counter samples are keyed by their family name.
 fn families(expo: &str) -> BTreeMap<String, Family> {
     let mut out: BTreeMap<String, Family> = BTreeMap::new();
-    let wanted =
-        |n: &str| n.starts_with("node_") && !n.starts_with("node_scrape_") && !n.starts_with("node_exporter_");
+    let wanted = |n: &str| {
+        n.starts_with("node_") && !n.starts_with("node_scrape_") && !n.starts_with("node_exporter_")
+    };
     for line in expo.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -161,7 +162,10 @@ impl NodeExporter {
         let ne = NodeExporter { child, addr };
         let end = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < end, "node_exporter did not listen on {addr}");
+            assert!(
+                Instant::now() < end,
+                "node_exporter did not listen on {addr}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         ne
@@ -189,7 +193,14 @@ fn scrape_both(bin: &Path, procfs: &Path, sysfs: &Path, flags: &[&str]) -> Pair 
     args.extend(flags.iter().map(|s| s.to_string()));
     let ne = NodeExporter::start(bin, &args);
     let mut ours = args.clone();
-    ours.extend(["--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"].map(String::from));
+    ours.extend(
+        [
+            "--no-probe.runqlat",
+            "--no-probe.cachestat",
+            "--no-probe.drops",
+        ]
+        .map(String::from),
+    );
     let refs: Vec<&str> = ours.iter().map(String::as_str).collect();
     let d = Daemon::start(&refs);
     Pair {
@@ -209,8 +220,16 @@ fn success(expo: &str, collector: &str) -> Option<f64> {
 /// HELP, label sets and values, and that both collectors succeeded.
 fn assert_same(pair: &Pair, collector: &str) -> BTreeMap<String, Family> {
     let us = assert_same_families(pair, collector, |_| true);
-    assert_eq!(success(&pair.node_exporter, collector), Some(1.0), "node_exporter {collector}");
-    assert_eq!(success(&pair.usescope, collector), Some(1.0), "usescope {collector}");
+    assert_eq!(
+        success(&pair.node_exporter, collector),
+        Some(1.0),
+        "node_exporter {collector}"
+    );
+    assert_eq!(
+        success(&pair.usescope, collector),
+        Some(1.0),
+        "usescope {collector}"
+    );
     us
 }
 
@@ -225,7 +244,11 @@ fn assert_same_families(
     ne.retain(|k, _| keep(k));
     us.retain(|k, _| keep(k));
     let mut problems = Vec::new();
-    for name in ne.keys().chain(us.keys()).collect::<std::collections::BTreeSet<_>>() {
+    for name in ne
+        .keys()
+        .chain(us.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         match (ne.get(name), us.get(name)) {
             (Some(_), None) => problems.push(format!("{name}: only node_exporter has it")),
             (None, Some(_)) => problems.push(format!("{name}: only usescope has it")),
@@ -290,12 +313,22 @@ impl Drop for Tree {
 #[test]
 fn netclass() {
     let Some(bin) = node_exporter() else { return };
-    let pair = scrape_both(&bin, &fixture("proc"), &fixture("sys"), &["--collector.netclass"]);
+    let pair = scrape_both(
+        &bin,
+        &fixture("proc"),
+        &fixture("sys"),
+        &["--collector.netclass"],
+    );
     let us = assert_same(&pair, "netclass");
     // Every family node_exporter's sysfs path has, on the fixture.
     assert_eq!(us.len(), 19, "{:?}", us.keys());
     // The EINVAL attributes of a down ifb are absent for both.
-    assert!(!us["node_network_carrier"].series.keys().any(|l| l[0].1 == "ifb0"));
+    assert!(
+        !us["node_network_carrier"]
+            .series
+            .keys()
+            .any(|l| l[0].1 == "ifb0")
+    );
     // And with the flags.
     let pair = scrape_both(
         &bin,
@@ -308,7 +341,12 @@ fn netclass() {
         ],
     );
     let us = assert_same(&pair, "netclass");
-    assert!(us["node_network_speed_bytes"].series.values().all(|v| *v >= 0.0));
+    assert!(
+        us["node_network_speed_bytes"]
+            .series
+            .values()
+            .all(|v| *v >= 0.0)
+    );
 }
 
 /// `node_network_receive_nohandler_total`: node_exporter 1.12 reads it over
@@ -317,10 +355,19 @@ fn netclass() {
 #[test]
 fn netdev_nohandler_on_the_live_host() {
     let Some(bin) = node_exporter() else { return };
-    let pair = scrape_both(&bin, Path::new("/proc"), Path::new("/sys"), &["--collector.netdev"]);
+    let pair = scrape_both(
+        &bin,
+        Path::new("/proc"),
+        Path::new("/sys"),
+        &["--collector.netdev"],
+    );
     let name = "node_network_receive_nohandler_total";
-    let ne = families(&pair.node_exporter).remove(name).expect("node_exporter has it");
-    let us = families(&pair.usescope).remove(name).expect("usescope has it");
+    let ne = families(&pair.node_exporter)
+        .remove(name)
+        .expect("node_exporter has it");
+    let us = families(&pair.usescope)
+        .remove(name)
+        .expect("usescope has it");
     assert_eq!((&ne.kind, &ne.help), (&us.kind, &us.help));
     assert_eq!(
         ne.series.keys().collect::<Vec<_>>(),
@@ -329,7 +376,11 @@ fn netdev_nohandler_on_the_live_host() {
     // A counter of packets no protocol wanted: equal unless one arrived
     // between the two scrapes.
     for (labels, v) in &ne.series {
-        assert!(us.series[labels] >= *v, "{labels:?}: {v} then {}", us.series[labels]);
+        assert!(
+            us.series[labels] >= *v,
+            "{labels:?}: {v} then {}",
+            us.series[labels]
+        );
     }
 }
 
@@ -361,28 +412,51 @@ fn arp() {
     let sys = fixture("sys");
     for flags in [
         &["--collector.arp", "--no-collector.arp.netlink"][..],
-        &["--collector.arp", "--no-collector.arp.netlink", "--collector.arp.device-exclude=^br"],
-        &["--collector.arp", "--no-collector.arp.netlink", "--collector.arp.device-include=^v"],
+        &[
+            "--collector.arp",
+            "--no-collector.arp.netlink",
+            "--collector.arp.device-exclude=^br",
+        ],
+        &[
+            "--collector.arp",
+            "--no-collector.arp.netlink",
+            "--collector.arp.device-include=^v",
+        ],
     ] {
         assert_same(&scrape_both(&bin, &t.0, &sys, flags), "arp");
     }
     // The live host, node_exporter over netlink (its default): the same
     // entries as the live /proc/net/arp.
-    let live = scrape_both(&bin, Path::new("/proc"), Path::new("/sys"), &["--collector.arp"]);
+    let live = scrape_both(
+        &bin,
+        Path::new("/proc"),
+        Path::new("/sys"),
+        &["--collector.arp"],
+    );
     assert_same(&live, "arp");
 }
 
 #[test]
 fn udp_queues() {
     let Some(bin) = node_exporter() else { return };
-    let pair = scrape_both(&bin, &fixture("proc"), &fixture("sys"), &["--collector.udp_queues"]);
+    let pair = scrape_both(
+        &bin,
+        &fixture("proc"),
+        &fixture("sys"),
+        &["--collector.udp_queues"],
+    );
     let us = assert_same(&pair, "udp_queues");
     assert_eq!(us["node_udp_queues"].series.len(), 4);
     // Without IPv6: only the v4 series, for both.
     let t = Tree::of("proc");
     std::fs::remove_file(t.0.join("net/udp6")).unwrap();
     let pair = scrape_both(&bin, &t.0, &fixture("sys"), &["--collector.udp_queues"]);
-    assert_eq!(assert_same(&pair, "udp_queues")["node_udp_queues"].series.len(), 2);
+    assert_eq!(
+        assert_same(&pair, "udp_queues")["node_udp_queues"]
+            .series
+            .len(),
+        2
+    );
     // known difference: with neither file node_exporter reports no data as
     // a failure; usescope exports nothing and succeeds.
     std::fs::remove_file(t.0.join("net/udp")).unwrap();
@@ -396,17 +470,31 @@ fn udp_queues() {
 fn bonding() {
     let Some(bin) = node_exporter() else { return };
     // bond0: one slave up, one down; bond1: its only slave "going back".
-    let pair = scrape_both(&bin, &fixture("proc"), &fixture("sys"), &["--collector.bonding"]);
+    let pair = scrape_both(
+        &bin,
+        &fixture("proc"),
+        &fixture("sys"),
+        &["--collector.bonding"],
+    );
     let us = assert_same(&pair, "bonding");
     assert_eq!(us["node_bonding_active"].series.values().sum::<f64>(), 1.0);
     // The pre-4.x layout (slave_ISLAVE) and a bond without slaves.
     let t = Tree::empty();
     t.write("class/net/bonding_masters", "bond0 bond2\n");
     t.write("class/net/bond0/bonding/slaves", "eth0 eth1\n");
-    t.write("class/net/bond0/slave_eth0/bonding_slave/mii_status", "up\n");
-    t.write("class/net/bond0/slave_eth1/bonding_slave/mii_status", "going down\n");
+    t.write(
+        "class/net/bond0/slave_eth0/bonding_slave/mii_status",
+        "up\n",
+    );
+    t.write(
+        "class/net/bond0/slave_eth1/bonding_slave/mii_status",
+        "going down\n",
+    );
     t.write("class/net/bond2/bonding/slaves", "");
-    assert_same(&scrape_both(&bin, &fixture("proc"), &t.0, &["--collector.bonding"]), "bonding");
+    assert_same(
+        &scrape_both(&bin, &fixture("proc"), &t.0, &["--collector.bonding"]),
+        "bonding",
+    );
     // known difference: a slave whose status file is gone (released
     // mid-scrape) fails node_exporter's collector (no data) and is left
     // out by usescope.
@@ -457,19 +545,38 @@ fn mdadm() {
     // which procfs cannot parse ("%d / %d"): node_exporter fails the
     // collector after the /proc/mdstat families and exports no sysfs ones.
     // usescope does not read sync_completed (no metric uses it).
-    let pair = scrape_both(&bin, &fixture("large"), &fixture("sys"), &["--collector.mdadm"]);
+    let pair = scrape_both(
+        &bin,
+        &fixture("large"),
+        &fixture("sys"),
+        &["--collector.mdadm"],
+    );
     let sysfs_family = |f: &str| f == "node_md_raid_disks" || f == "node_md_degraded";
     assert_same_families(&pair, "mdadm", |f| !sysfs_family(f));
     assert_eq!(success(&pair.node_exporter, "mdadm"), Some(0.0));
     assert_eq!(success(&pair.usescope, "mdadm"), Some(1.0));
-    assert!(!families(&pair.node_exporter).keys().any(|f| sysfs_family(f)));
+    assert!(
+        !families(&pair.node_exporter)
+            .keys()
+            .any(|f| sysfs_family(f))
+    );
     assert_eq!(families(&pair.usescope).len(), 7);
     // Arrays without sysfs attributes: only the /proc/mdstat families.
-    let pair = scrape_both(&bin, &fixture("large"), &Tree::empty().0, &["--collector.mdadm"]);
+    let pair = scrape_both(
+        &bin,
+        &fixture("large"),
+        &Tree::empty().0,
+        &["--collector.mdadm"],
+    );
     assert_eq!(assert_same(&pair, "mdadm").len(), 5);
     // known difference: no /proc/mdstat (no md driver): node_exporter
     // reports no data as a failure; usescope exports nothing and succeeds.
-    let pair = scrape_both(&bin, &fixture("proc"), &fixture("sys"), &["--collector.mdadm"]);
+    let pair = scrape_both(
+        &bin,
+        &fixture("proc"),
+        &fixture("sys"),
+        &["--collector.mdadm"],
+    );
     assert!(families(&pair.node_exporter).is_empty() && families(&pair.usescope).is_empty());
     assert_eq!(success(&pair.node_exporter, "mdadm"), Some(0.0));
     assert_eq!(success(&pair.usescope, "mdadm"), Some(1.0));
@@ -499,5 +606,8 @@ fn node_exporter_flags_are_accepted() {
     }
     // --no- cleared ignore-invalid-speed again: eth0's -1 is exported.
     assert!(expo.contains("node_network_speed_bytes{device=\"eth0\"} -125000"));
-    assert!(d.wait_for_log("has no effect", Duration::from_secs(5)).is_some());
+    assert!(
+        d.wait_for_log("has no effect", Duration::from_secs(5))
+            .is_some()
+    );
 }
