@@ -39,7 +39,7 @@ seeds_of() {
   local dir=target/seeds/$1 seed tree
   rm -rf "$dir" && mkdir -p "$dir"
   for seed in $(grep "^$1 " <<<"$listing" | cut -d' ' -f2-); do
-    for tree in proc large; do
+    for tree in proc large sys; do
       if [ -f "$fixtures/$tree/$seed" ]; then
         cp "$fixtures/$tree/$seed" "$dir/seed-$tree-${seed//\//_}"
       fi

@@ -149,7 +149,10 @@ pub fn command() -> Command {
     for spec in collectors::ALL {
         cmd = add_toggle(cmd, "collector", spec.name, spec.help, spec.default_enabled);
         for flag in spec.flags {
-            cmd = cmd.arg(collector_flag(flag));
+            cmd = match flag.kind {
+                collectors::FlagKind::Bool => add_switch(cmd, flag),
+                _ => cmd.arg(collector_flag(flag)),
+            };
         }
     }
     for spec in probes::ALL {
@@ -177,6 +180,35 @@ fn collector_flag(flag: &'static collectors::Flag) -> Arg {
         arg = arg.action(ArgAction::Append);
     }
     arg
+}
+
+/// A collector's bool option as kingpin spells it: `--NAME` and a hidden
+/// `--no-NAME`; the last one given wins.
+fn add_switch(cmd: Command, flag: &'static collectors::Flag) -> Command {
+    let off: &'static str = Box::leak(format!("no-{}", flag.name).into_boxed_str());
+    let help: &'static str = Box::leak(
+        format!(
+            "{} (default: {}; --no-{} to clear)",
+            flag.help,
+            flag.default.unwrap_or("false"),
+            flag.name
+        )
+        .into_boxed_str(),
+    );
+    cmd.arg(
+        Arg::new(flag.name)
+            .long(flag.name)
+            .action(ArgAction::SetTrue)
+            .overrides_with_all([flag.name, off])
+            .help(help),
+    )
+    .arg(
+        Arg::new(off)
+            .long(off)
+            .action(ArgAction::SetTrue)
+            .overrides_with_all([flag.name, off])
+            .hide(true),
+    )
 }
 
 /// Adds `--KIND.NAME` and `--no-KIND.NAME`; the last one given wins.
@@ -245,6 +277,16 @@ where
                     .collect(),
                 )
             }),
+            collectors::FlagKind::Bool => {
+                let on = if m.get_flag(flag.name) {
+                    true
+                } else if m.get_flag(&format!("no-{}", flag.name)) {
+                    false
+                } else {
+                    flag.default == Some("true")
+                };
+                Some(FlagValue::Bool(on))
+            }
             _ => m.get_one::<FlagValue>(flag.name).cloned(),
         };
         settings.set(flag.name, value);

@@ -242,6 +242,8 @@ impl Throttle {
 /// Descriptors kept free for everything but connections: collectors read
 /// files (on a non-procfs tree they reopen them every scrape), accept needs
 /// one for a connection it is about to refuse, and logging needs its own.
+/// The sysfs attribute descriptors collectors may keep open come on top
+/// ([`crate::source::attribute_fd_budget`]).
 const FD_RESERVE: usize = 32;
 
 /// `configured`, or less if the soft `RLIMIT_NOFILE` leaves no room for it
@@ -262,7 +264,7 @@ fn connection_cap(configured: usize) -> usize {
     let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
     let room = usize::try_from(lim.rlim_cur)
         .unwrap_or(usize::MAX)
-        .saturating_sub(open + FD_RESERVE)
+        .saturating_sub(open + FD_RESERVE + crate::source::attribute_fd_budget())
         .max(1);
     if room < configured {
         tracing::warn!(

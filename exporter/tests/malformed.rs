@@ -1,5 +1,6 @@
-//! Bad input, end to end: each /proc file a collector reads is corrupted in
-//! a copy of the captured tree while the real daemon serves it. The files
+//! Bad input, end to end: each /proc and sysfs file a collector reads is
+//! corrupted in a copy of the captured trees while the real daemon serves
+//! it. The files
 //! and their owners come from the collector registry (each spec's
 //! `sources`), so a registered collector is fault-tested without an edit.
 //!
@@ -25,21 +26,29 @@ use std::path::{Path, PathBuf};
 use common::{Daemon, copy_tree, fixture};
 use usescope::collectors::{ALL, Root};
 
-/// A file a collector reads: path under procfs, owner, whether its values
-/// are numbers.
+/// A file a collector reads: root, path under it, owner, whether its
+/// values are numbers.
 struct File {
+    root: Root,
     path: &'static str,
     collector: &'static str,
     numeric: bool,
 }
 
-/// Every procfs source of every registered collector.
+/// Every source of every registered collector.
 fn files() -> Vec<File> {
     let mut out = Vec::new();
     for spec in ALL {
-        for s in spec.sources.iter().filter(|s| s.root == Root::Procfs) {
+        // Textfile and udev sources are read through their own settings (a
+        // directory, the udev database); their collectors' tests cover them.
+        for s in spec
+            .sources
+            .iter()
+            .filter(|s| matches!(s.root, Root::Procfs | Root::Sysfs))
+        {
             let parser = spec.parsers.iter().find(|p| p.name == s.parser);
             out.push(File {
+                root: s.root,
                 path: s.path,
                 collector: spec.name,
                 numeric: parser.is_some_and(|p| p.numeric),
@@ -210,11 +219,38 @@ const NO_PROBES: &[&str] = &[
     "--no-probe.drops",
 ];
 
+/// Collectors that, as node_exporter does, skip one unreadable sensor or
+/// namespace attribute and report the rest: a corrupted attribute costs
+/// its series, not the collector (their unit tests check which).
+const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme"];
+
+/// The sysfs copy that goes with a procfs copy: `TREE-sys`.
+fn sys_of(tree: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-sys", tree.display()))
+}
+
+/// Where a source is in the copies.
+fn path_of(tree: &Path, f: &File) -> PathBuf {
+    match f.root {
+        Root::Procfs => tree.join(f.path),
+        Root::Sysfs => sys_of(tree).join(f.path),
+        Root::Textfile | Root::Udev => unreachable!("files() keeps procfs and sysfs sources"),
+    }
+}
+
+fn remove_trees(tree: &Path) {
+    let _ = std::fs::remove_dir_all(tree);
+    let _ = std::fs::remove_dir_all(sys_of(tree));
+}
+
 /// A copy of the captured tree, plus the synthetic tree's file for every
-/// source the capture host lacked (schedstat, pressure/irq).
+/// source the capture host lacked (schedstat, pressure/irq), and next to
+/// it a copy of the sysfs tree (see [`sys_of`]).
 fn tree_with_every_source() -> PathBuf {
     let tree = copy_tree(&fixture("proc"));
-    for f in files() {
+    let sys = copy_tree(&fixture("sys"));
+    std::fs::rename(&sys, sys_of(&tree)).unwrap();
+    for f in files().iter().filter(|f| f.root == Root::Procfs) {
         let (dest, large) = (tree.join(f.path), fixture("large").join(f.path));
         if !dest.exists() && large.exists() {
             std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
@@ -233,7 +269,10 @@ fn every_collector() -> Vec<String> {
 }
 
 fn start(tree: &Path, extra: &[&str]) -> Daemon {
-    let mut args = vec![format!("--path.procfs={}", tree.display())];
+    let mut args = vec![
+        format!("--path.procfs={}", tree.display()),
+        format!("--path.sysfs={}", sys_of(tree).display()),
+    ];
     args.extend(NO_PROBES.iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -265,16 +304,12 @@ fn every_file_every_corruption() {
     let baseline = daemon.scrape();
     let mut failures = Vec::new();
     let mut owned_by = BTreeMap::new();
-    for File {
-        path: file,
-        collector,
-        numeric,
-    } in files()
-    {
-        let path = tree.join(file);
+    for f in files() {
+        let (file, collector, numeric) = (f.path, f.collector, f.numeric);
+        let path = path_of(&tree, &f);
         let Ok(original) = std::fs::read(&path) else {
             failures.push(format!(
-                "{file} ({collector}): no fixture in proc/ or large/"
+                "{file} ({collector}): no fixture in proc/, large/ or sys/"
             ));
             continue;
         };
@@ -294,11 +329,12 @@ fn every_file_every_corruption() {
         let base_others = others(&baseline, &owned);
         for v in VARIANTS {
             let corrupted = (v.apply)(&original);
-            let must_fail = match v.expect {
-                Expect::Fail => true,
-                Expect::FailIfNumeric => numeric && corrupted != original,
-                Expect::Either | Expect::EitherNamingALine => false,
-            };
+            let must_fail = !SKIP_BAD_ATTRIBUTES.contains(&collector)
+                && match v.expect {
+                    Expect::Fail => true,
+                    Expect::FailIfNumeric => numeric && corrupted != original,
+                    Expect::Either | Expect::EitherNamingALine => false,
+                };
             std::fs::write(&path, &corrupted).unwrap();
             let logged = daemon.log().len();
             let r = daemon.get("/metrics");
@@ -327,7 +363,8 @@ fn every_file_every_corruption() {
                     ));
                 }
                 let needle = path.display().to_string();
-                let line_needed = v.expect == Expect::EitherNamingALine;
+                // A one-value sysfs attribute has no line worth naming.
+                let line_needed = v.expect == Expect::EitherNamingALine && f.root == Root::Procfs;
                 // Only this scrape's lines: the repair in between made the
                 // failure new again, so it is logged at warn.
                 if !logged_since(&daemon, logged, |l| {
@@ -341,7 +378,9 @@ fn every_file_every_corruption() {
                     ));
                 }
             }
-            if v.expect == Expect::EitherNamingALine {
+            // Multi-line /proc files go through SourceFile's per-line UTF-8
+            // check; sysfs attributes are one value, read whole.
+            if v.expect == Expect::EitherNamingALine && f.root == Root::Procfs {
                 let needle = path.display().to_string();
                 if !logged_since(&daemon, logged, |l| {
                     l.contains(&needle) && l.contains("line 2 is not valid UTF-8; skipped")
@@ -363,7 +402,7 @@ fn every_file_every_corruption() {
     if let Some(p) = log.iter().find(|l| l.contains("panicked")) {
         failures.push(format!("panic in log: {p}"));
     }
-    let _ = std::fs::remove_dir_all(&tree);
+    remove_trees(&tree);
     assert!(
         failures.is_empty(),
         "{} problems:\n{}",
@@ -389,7 +428,7 @@ fn garbage_log_names_file_and_line() {
     );
     assert!(line.contains("line=1"), "{line}");
     assert!(line.contains("zz"), "{line}");
-    let _ = std::fs::remove_dir_all(&tree);
+    remove_trees(&tree);
 }
 
 #[test]
@@ -419,5 +458,5 @@ fn absent_file_is_not_a_failure_and_comes_back() {
     let back = d.scrape();
     assert_eq!(success(&back, "conntrack"), Some(1.0));
     assert!(common::sample(&back, "node_nf_conntrack_entries_limit").is_some());
-    let _ = std::fs::remove_dir_all(&tree);
+    remove_trees(&tree);
 }

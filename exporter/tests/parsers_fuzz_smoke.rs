@@ -285,11 +285,11 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Seeds to mutate: the target's fixture files from both trees, plus the
+/// Seeds to mutate: the target's fixture files from every tree, plus the
 /// corpus seeds that are not fixture copies (e.g. /proc/self/stat samples).
 fn seeds(name: &str, fixtures: &[&str]) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
-    for tree in ["proc", "large"] {
+    for tree in ["proc", "large", "sys"] {
         for rel in fixtures {
             let path = repo().join("exporter/tests/fixtures").join(tree).join(rel);
             if let Ok(bytes) = fs::read(&path) {
@@ -299,7 +299,9 @@ fn seeds(name: &str, fixtures: &[&str]) -> Vec<(String, Vec<u8>)> {
     }
     for path in files_in(&repo().join("fuzz/corpus").join(name)) {
         let file = path.file_name().unwrap_or_default().to_string_lossy();
-        let fixture_copy = file.starts_with("seed-proc-") || file.starts_with("seed-large-");
+        let fixture_copy = file.starts_with("seed-proc-")
+            || file.starts_with("seed-large-")
+            || file.starts_with("seed-sys-");
         if file.starts_with("seed-") && !fixture_copy {
             out.push((
                 format!("fuzz/corpus/{name}/{file}"),

@@ -22,7 +22,8 @@ pub type Check = fn(&str) -> Result<(), ParseError>;
 
 /// A text parser's fuzz entry point. `name` also names its corpus
 /// directory (`fuzz/corpus/NAME`); `seeds` are fixture paths relative to
-/// a /proc root (`exporter/tests/fixtures/{proc,large}`).
+/// a /proc root (`exporter/tests/fixtures/{proc,large}`) or, for sysfs
+/// sources, to `exporter/tests/fixtures/sys`.
 pub struct Target {
     pub name: &'static str,
     pub check: Check,

@@ -9,6 +9,13 @@
 //! checked so a kernel that changes it is reported rather than silently
 //! mislabelled.
 //!
+//! `node_network_receive_nohandler_total` (packets dropped because no
+//! protocol handler wanted them) is not in /proc/net/dev; node_exporter
+//! 1.12 takes it from netlink. usescope reads the same kernel counter from
+//! /sys/class/net/IFACE/statistics/rx_nohandler, for the interfaces of
+//! /proc/net/dev that sysfs lists (kept descriptors, see
+//! [`SourceFile::attribute`]).
+//!
 //! `--collector.netdev.device-include` or `--collector.netdev.device-exclude`
 //! (node_exporter's flags, one at a time) keep a Kubernetes node's hundreds
 //! of `veth*`/`cali*` interfaces out of the exposition.
@@ -19,8 +26,8 @@ use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, recycle, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::parse::{fields, lines, recycle, u64_field, u64_sysctl_into};
+use crate::source::{DirListing, Read, SourceFile};
 
 pub const INCLUDE: &str = "collector.netdev.device-include";
 pub const EXCLUDE: &str = "collector.netdev.device-exclude";
@@ -46,11 +53,22 @@ pub const SPEC: Spec = Spec {
         },
     ],
     build,
-    sources: &[Source::proc("net/dev", "netdev")],
-    parsers: &[Parser::numeric("netdev", |t| {
-        parse_into(t, &mut Vec::new())
-    })],
+    sources: &[
+        Source::proc("net/dev", "netdev"),
+        Source::sys("class/net/eth0/statistics/rx_nohandler", "netdev_nohandler"),
+    ],
+    parsers: &[
+        Parser::numeric("netdev", |t| parse_into(t, &mut Vec::new())),
+        Parser::numeric("netdev_nohandler", |t| {
+            crate::parse::parse_fresh(t, u64_sysctl_into).map(drop)
+        }),
+    ],
 };
+
+const NOHANDLER: Desc = Desc::counter(
+    "node_network_receive_nohandler_total",
+    "Network device statistic receive_nohandler.",
+);
 
 /// Column names of the receive and transmit halves of the header.
 const RECEIVE: [&str; 8] = [
@@ -263,6 +281,7 @@ pub struct NetDevCollector {
     filter: Option<DeviceFilter>,
     /// Kept empty between scrapes; only its allocation is reused.
     ifaces: Vec<Interface<'static>>,
+    nohandler: NoHandler,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
@@ -270,7 +289,94 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         file: SourceFile::new(&s.procfs, "net/dev"),
         filter: filter_from(s),
         ifaces: Vec::new(),
+        nohandler: NoHandler {
+            net: s.sysfs.join("class/net"),
+            listing: DirListing::default(),
+            files: Vec::new(),
+            scrape: 0,
+        },
     })
+}
+
+/// `statistics/rx_nohandler` of each interface, from sysfs.
+struct NoHandler {
+    net: std::path::PathBuf,
+    listing: DirListing,
+    /// Sorted by name, one per exported interface that sysfs lists.
+    files: Vec<NoHandlerFile>,
+    scrape: u64,
+}
+
+struct NoHandlerFile {
+    name: String,
+    /// The interface directory's inode: a name that comes back as another
+    /// device gets a fresh file.
+    ino: u64,
+    file: SourceFile,
+    value: Option<u64>,
+    seen: u64,
+}
+
+impl NoHandler {
+    /// Reads the counter of each of `ifaces`.
+    fn read(&mut self, ifaces: &[Interface]) -> Result<(), CollectError> {
+        self.scrape += 1;
+        if !self.listing.read(&self.net)? {
+            self.files.clear();
+            return Ok(());
+        }
+        let entries = self.listing.entries();
+        for iface in ifaces {
+            let Ok(e) = entries.binary_search_by(|e| e.name.as_str().cmp(iface.name)) else {
+                continue;
+            };
+            let ino = entries[e].ino;
+            let i = match self.files.binary_search_by(|f| f.name.as_str().cmp(iface.name)) {
+                Ok(i) if self.files[i].ino == ino => i,
+                found => {
+                    let f = NoHandlerFile {
+                        name: iface.name.to_string(),
+                        ino,
+                        file: SourceFile::attribute(
+                            &self.net,
+                            format!("{}/statistics/rx_nohandler", iface.name),
+                        ),
+                        value: None,
+                        seen: 0,
+                    };
+                    match found {
+                        Ok(i) => {
+                            self.files[i] = f;
+                            i
+                        }
+                        Err(i) => {
+                            self.files.insert(i, f);
+                            i
+                        }
+                    }
+                }
+            };
+            let f = &mut self.files[i];
+            f.seen = self.scrape;
+            let mut v = 0;
+            f.value = f.file.parse_with(|t| u64_sysctl_into(t, &mut v))?.map(|()| v);
+        }
+        let scrape = self.scrape;
+        self.files.retain(|f| f.seen == scrape);
+        Ok(())
+    }
+
+    fn encode(&self, enc: &mut Encoder) {
+        if !self.files.iter().any(|f| f.value.is_some()) {
+            return;
+        }
+        enc.family(&NOHANDLER);
+        for f in &self.files {
+            if let Some(v) = f.value {
+                enc.sample(&NOHANDLER, &[("device", &f.name)], v);
+            }
+        }
+    }
 }
 
 /// Drops the interfaces `filter` rejects. Every line was parsed first, so
@@ -303,12 +409,18 @@ impl Collector for NetDevCollector {
         };
         let mut ifaces = recycle(std::mem::take(&mut self.ifaces));
         let parsed = parse_into(text, &mut ifaces);
+        let mut nohandler = Ok(());
         if parsed.is_ok() {
             apply(self.filter.as_ref(), &mut ifaces);
-            encode(&ifaces, enc);
+            nohandler = self.nohandler.read(&ifaces);
+            if nohandler.is_ok() {
+                encode(&ifaces, enc);
+                self.nohandler.encode(enc);
+            }
         }
         self.ifaces = recycle(ifaces);
-        parsed.map_err(|e| self.file.parse_error(e))
+        parsed.map_err(|e| self.file.parse_error(e))?;
+        nohandler
     }
 }
 

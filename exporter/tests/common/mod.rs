@@ -305,7 +305,11 @@ fn copy_dir(src: &Path, dst: &Path) {
     for e in std::fs::read_dir(src).unwrap() {
         let e = e.unwrap();
         let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
+        let kind = e.file_type().unwrap();
+        if kind.is_symlink() {
+            // sysfs fixtures are made of links; keep them links.
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &to).unwrap();
+        } else if kind.is_dir() {
             copy_dir(&e.path(), &to);
         } else {
             std::fs::copy(e.path(), &to).unwrap();
