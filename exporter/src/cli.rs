@@ -40,6 +40,9 @@ pub struct Config {
     pub web_config_file: Option<std::path::PathBuf>,
     /// `--runtime.user`: switch to this user after the probes attach.
     pub runtime_user: Option<String>,
+    /// `--[no-]compat.node-exporter-build-info`: write node_exporter's
+    /// build-info metric (on by default; docs/collectors/system.md).
+    pub node_exporter_build_info: bool,
     /// Hidden `--internal.probe-loader`: this process is the short-lived
     /// probe loader the daemon started (see probes/loader_process.rs).
     pub probe_loader: bool,
@@ -121,10 +124,30 @@ pub fn command() -> Command {
                 .help("sysfs mountpoint"),
         )
         .arg(
+            Arg::new("path.rootfs")
+                .long("path.rootfs")
+                .default_value("/")
+                .help("rootfs mountpoint"),
+        )
+        .arg(
             Arg::new("collector.disable-defaults")
                 .long("collector.disable-defaults")
                 .action(ArgAction::SetTrue)
                 .help("Set all collectors to disabled by default; enable them with --collector.NAME"),
+        )
+        .arg(
+            Arg::new("compat.node-exporter-build-info")
+                .long("compat.node-exporter-build-info")
+                .action(ArgAction::SetTrue)
+                .overrides_with_all(["compat.node-exporter-build-info", "no-compat.node-exporter-build-info"])
+                .help("Write node_exporter_build_info (usescope's build, tags=\"usescope\"), which the node mixin's dashboards list hosts from (default: on; --no-compat.node-exporter-build-info turns it off)"),
+        )
+        .arg(
+            Arg::new("no-compat.node-exporter-build-info")
+                .long("no-compat.node-exporter-build-info")
+                .action(ArgAction::SetTrue)
+                .overrides_with_all(["compat.node-exporter-build-info", "no-compat.node-exporter-build-info"])
+                .hide(true),
         )
         .arg(
             Arg::new("log.level")
@@ -143,7 +166,11 @@ pub fn command() -> Command {
     for spec in collectors::ALL {
         cmd = add_toggle(cmd, "collector", spec.name, spec.help, spec.default_enabled);
         for flag in spec.flags {
-            cmd = cmd.arg(collector_flag(flag));
+            cmd = if flag.kind == collectors::FlagKind::Bool {
+                bool_flag(cmd, flag)
+            } else {
+                cmd.arg(collector_flag(flag))
+            };
         }
     }
     for spec in probes::ALL {
@@ -168,6 +195,34 @@ fn collector_flag(flag: &'static collectors::Flag) -> Arg {
         arg = arg.conflicts_with(other);
     }
     arg
+}
+
+/// A Bool option: `--NAME` and `--no-NAME`, no value, as kingpin's bool
+/// flags (`--collector.cpu.guest=false` is an error there too).
+fn bool_flag(cmd: Command, flag: &'static collectors::Flag) -> Command {
+    let off: &'static str = Box::leak(format!("no-{}", flag.name).into_boxed_str());
+    let help: &'static str = Box::leak(
+        format!(
+            "{} (default: {}; --{off} turns it off)",
+            flag.help,
+            flag.default.unwrap_or("false")
+        )
+        .into_boxed_str(),
+    );
+    cmd.arg(
+        Arg::new(flag.name)
+            .long(flag.name)
+            .action(ArgAction::SetTrue)
+            .overrides_with_all([flag.name, off])
+            .help(help),
+    )
+    .arg(
+        Arg::new(off)
+            .long(off)
+            .action(ArgAction::SetTrue)
+            .overrides_with_all([flag.name, off])
+            .hide(true),
+    )
 }
 
 /// Adds `--KIND.NAME` and `--no-KIND.NAME`; the last one given wins.
@@ -223,8 +278,21 @@ where
         .map(|c| c.name)
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
+    settings.rootfs = s("path.rootfs").into();
     for flag in collectors::ALL.iter().flat_map(|spec| spec.flags) {
-        settings.set(flag.name, m.get_one::<FlagValue>(flag.name).cloned());
+        let value = if flag.kind == collectors::FlagKind::Bool {
+            let on = if m.get_flag(flag.name) {
+                true
+            } else if m.get_flag(&format!("no-{}", flag.name)) {
+                false
+            } else {
+                flag.default == Some("true")
+            };
+            Some(FlagValue::Bool(on))
+        } else {
+            m.get_one::<FlagValue>(flag.name).cloned()
+        };
+        settings.set(flag.name, value);
     }
     let enabled_probes = probes::ALL
         .iter()
@@ -253,6 +321,7 @@ where
         probes: probes::settings_from(&m, enabled_probes),
         runtime_user: m.get_one::<String>("runtime.user").cloned(),
         probe_loader: m.get_flag(probes::loader_process::FLAG),
+        node_exporter_build_info: !m.get_flag("no-compat.node-exporter-build-info"),
         web_config_file: m.get_one::<String>("web.config.file").map(Into::into),
         log_level: s("log.level"),
         log_format: if s("log.format") == "json" {

@@ -73,6 +73,8 @@ pub struct SourceFile {
     /// The file's line numbers (1-based, ascending) that the last read
     /// dropped as invalid UTF-8; empty on every real kernel.
     skipped: Vec<usize>,
+    /// Whether a descriptor on procfs/sysfs is kept between reads.
+    keep: bool,
 }
 
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
@@ -89,6 +91,7 @@ impl SourceFile {
             len: 0,
             chunk: usize::MAX,
             skipped: Vec::new(),
+            keep: true,
         }
     }
 
@@ -97,6 +100,16 @@ impl SourceFile {
         SourceFile {
             chunk: 64,
             ..SourceFile::new(root, relative)
+        }
+    }
+
+    /// A small file reopened at every read, never keeping a descriptor:
+    /// for per-CPU attributes, where a kept descriptor for each of
+    /// thousands of files would cost more open files than it saves.
+    pub fn transient(root: &Path, relative: &str) -> SourceFile {
+        SourceFile {
+            keep: false,
+            ..SourceFile::small(root, relative)
         }
     }
 
@@ -213,7 +226,7 @@ impl SourceFile {
         }
         let f = open_regular(&self.path)?;
         self.len = read_all_at(&f, &mut self.buf, self.chunk)?;
-        if is_kernel_fs(&f) {
+        if self.keep && is_kernel_fs(&f) {
             self.kept = Some(f);
         }
         Ok(())
@@ -350,6 +363,103 @@ fn read_all_at(f: &File, buf: &mut Vec<u8>, max_request: usize) -> io::Result<us
                     MAX_FILE_BYTES >> 20
                 ),
             ));
+        }
+    }
+}
+
+/// A directory listed at scrape time (`/proc`, `/sys/devices/system/cpu`):
+/// `getdents64` into a reused buffer, names handed to a callback, so a
+/// listing allocates nothing. As with [`SourceFile`], the descriptor is
+/// kept (and rewound) on procfs/sysfs and reopened elsewhere.
+pub struct Dir {
+    path: PathBuf,
+    kept: Option<File>,
+    buf: Vec<u8>,
+}
+
+impl Dir {
+    pub fn new(root: &Path, relative: &str) -> Dir {
+        Dir {
+            path: root.join(relative),
+            kept: None,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Calls `each` with every entry's name but `.` and `..` (names that
+    /// are not UTF-8 are skipped). `Ok(false)`: the directory is absent.
+    pub fn list(&mut self, each: impl FnMut(&str)) -> Result<bool, CollectError> {
+        let f = match self.kept.take() {
+            Some(f) => f,
+            None => match open_dir(&self.path) {
+                Ok(f) => f,
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                    return Ok(false);
+                }
+                Err(e) => return Err(CollectError::io(&self.path, e)),
+            },
+        };
+        use std::os::fd::AsRawFd;
+        list_fd(f.as_raw_fd(), &mut self.buf, each).map_err(|e| CollectError::io(&self.path, e))?;
+        if is_kernel_fs(&f) {
+            self.kept = Some(f);
+        }
+        Ok(true)
+    }
+}
+
+/// Opens a directory for [`list_fd`].
+pub fn open_dir(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Lists the directory open at `fd` from its start, calling `each` with
+/// every name but `.` and `..`; `buf` is the reused getdents64 buffer.
+pub fn list_fd(fd: std::os::fd::RawFd, buf: &mut Vec<u8>, mut each: impl FnMut(&str)) -> io::Result<()> {
+    if buf.len() < 16 << 10 {
+        buf.resize(16 << 10, 0);
+    }
+    // SAFETY: lseek on a descriptor the caller owns; directories on every
+    // Linux filesystem accept SEEK_SET 0 to restart the listing.
+    if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    loop {
+        // SAFETY: getdents64 writes at most buf.len() bytes into buf.
+        let got = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if got == 0 {
+            return Ok(());
+        }
+        let mut rest = &buf[..got as usize];
+        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
+        // d_type (1), then the NUL-terminated name.
+        while rest.len() > 19 {
+            let reclen = usize::from(u16::from_ne_bytes([rest[16], rest[17]]));
+            if reclen <= 19 || reclen > rest.len() {
+                break;
+            }
+            let name = &rest[19..reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if name != b"." && name != b".."
+                && let Ok(n) = std::str::from_utf8(name)
+            {
+                each(n);
+            }
+            rest = &rest[reclen..];
         }
     }
 }

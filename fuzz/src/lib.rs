@@ -29,8 +29,14 @@ pub struct Target {
     pub seeds: Vec<&'static str>,
 }
 
-/// Parsers that are not a collector's, so not in the registry.
-const EXTRA: &[(&str, Check)] = &[("self_stat", self_stat)];
+/// Parsers that are not a collector's file, so not in the registry:
+/// /proc/self/stat for the process metrics, and the `field=value` text form
+/// of adjtimex(2)'s struct, which drives arbitrary structs through the
+/// timex collector's pure `derive` (see collectors/timex.rs).
+const EXTRA: &[(&str, Check)] = &[
+    ("self_stat", self_stat),
+    ("timex", collectors::timex::check),
+];
 
 /// Every text target: the registry's parsers, then [`EXTRA`].
 pub fn text_targets() -> Vec<Target> {

@@ -35,6 +35,7 @@ macro_rules! registry {
 }
 
 registry! {
+    cpu,
     stat,
     softirqs,
     loadavg,
@@ -53,6 +54,11 @@ registry! {
     uname,
     filefd,
     entropy,
+    kernel_hung,
+    time,
+    timex,
+    os,
+    processes,
 }
 
 pub fn find(name: &str) -> Option<&'static Spec> {
@@ -95,6 +101,20 @@ pub enum Root {
     Procfs,
     /// `--path.sysfs`; fixtures in exporter/tests/fixtures/sys.
     Sysfs,
+    /// `--path.rootfs` (os-release); fixtures in exporter/tests/fixtures/rootfs.
+    Rootfs,
+}
+
+impl Root {
+    /// The fixture trees (under exporter/tests/fixtures) that hold this
+    /// root's files, in the order a source's fixture is looked up.
+    pub fn fixture_trees(self) -> &'static [&'static str] {
+        match self {
+            Root::Procfs => &["proc", "large"],
+            Root::Sysfs => &["sys"],
+            Root::Rootfs => &["rootfs"],
+        }
+    }
 }
 
 /// One file a collector reads.
@@ -104,6 +124,10 @@ pub struct Source {
     pub path: &'static str,
     /// The [`Parser::name`] (of the same spec) that reads it.
     pub parser: &'static str,
+    /// A [`FlagKind::Bool`] flag of the same spec without which the
+    /// collector does not read this file (`collector.cpu.info` for
+    /// /proc/cpuinfo). Tests that corrupt the file switch it on.
+    pub read_with: Option<&'static str>,
 }
 
 impl Source {
@@ -113,6 +137,32 @@ impl Source {
             root: Root::Procfs,
             path,
             parser,
+            read_with: None,
+        }
+    }
+
+    /// A file under `--path.sysfs`. A file that exists once per device
+    /// (`cpuN`, `clocksourceN`) is declared by its first one.
+    pub const fn sys(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Sysfs,
+            ..Source::proc(path, parser)
+        }
+    }
+
+    /// A file under `--path.rootfs`.
+    pub const fn rootfs(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Rootfs,
+            ..Source::proc(path, parser)
+        }
+    }
+
+    /// Read only while the Bool flag `flag` is on.
+    pub const fn read_with(self, flag: &'static str) -> Source {
+        Source {
+            read_with: Some(flag),
+            ..self
         }
     }
 }
@@ -171,6 +221,10 @@ pub enum FlagKind {
     Regex,
     /// Any string.
     Text,
+    /// On or off, kingpin style: `--collector.NAME.OPT` turns it on,
+    /// `--no-collector.NAME.OPT` off (no `=value`); the default is
+    /// `"true"` or `"false"`.
+    Bool,
 }
 
 /// A flag's parsed value.
@@ -178,6 +232,7 @@ pub enum FlagKind {
 pub enum FlagValue {
     Regex(Regex),
     Text(String),
+    Bool(bool),
 }
 
 impl FlagValue {
@@ -185,6 +240,11 @@ impl FlagValue {
     pub fn parse(kind: FlagKind, raw: &str) -> Result<FlagValue, String> {
         match kind {
             FlagKind::Text => Ok(FlagValue::Text(raw.to_string())),
+            FlagKind::Bool => match raw {
+                "true" => Ok(FlagValue::Bool(true)),
+                "false" => Ok(FlagValue::Bool(false)),
+                _ => Err(format!("{raw:?} is not true or false")),
+            },
             FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
                 // regex's message spans lines (pattern, caret, cause); keep the cause.
                 e.to_string()
@@ -204,6 +264,8 @@ impl FlagValue {
 pub struct Settings {
     pub procfs: PathBuf,
     pub sysfs: PathBuf,
+    /// `--path.rootfs`, the host's `/` (os-release); `/` unless set.
+    pub rootfs: PathBuf,
     /// Flag name → value, for every registered flag that has a value.
     flags: Vec<(&'static str, FlagValue)>,
 }
@@ -214,6 +276,7 @@ impl Settings {
         let mut s = Settings {
             procfs: procfs.into(),
             sysfs: sysfs.into(),
+            rootfs: PathBuf::from("/"),
             flags: Vec::new(),
         };
         for flag in ALL.iter().flat_map(|spec| spec.flags) {
@@ -252,6 +315,11 @@ impl Settings {
             Some(FlagValue::Text(t)) => Some(t),
             _ => None,
         }
+    }
+
+    /// A [`FlagKind::Bool`] flag's value; false if unset.
+    pub fn bool(&self, flag: &str) -> bool {
+        matches!(self.flag(flag), Some(FlagValue::Bool(true)))
     }
 }
 
@@ -332,6 +400,17 @@ mod registry_tests {
                     spec.name
                 );
                 assert!(!s.path.starts_with('/'), "{}: relative paths", s.path);
+                if let Some(flag) = s.read_with {
+                    assert!(
+                        spec.flags
+                            .iter()
+                            .any(|f| f.name == flag && f.kind == FlagKind::Bool),
+                        "{}: {} is read with --{flag}, not a Bool flag of {}",
+                        spec.name,
+                        s.path,
+                        spec.name
+                    );
+                }
             }
             let prefix = format!("collector.{}.", spec.name);
             for f in spec.flags {
@@ -358,11 +437,8 @@ mod registry_tests {
     /// The fixture file of a source: the captured tree's, else the
     /// synthetic one's (sources the capture host lacked, e.g. schedstat).
     fn fixture_of(s: &Source) -> Option<PathBuf> {
-        let trees: &[&str] = match s.root {
-            Root::Procfs => &["proc", "large"],
-            Root::Sysfs => &["sys"],
-        };
-        trees
+        s.root
+            .fixture_trees()
             .iter()
             .map(|t| fixture(t).join(s.path))
             .find(|p| p.is_file())
@@ -372,7 +448,7 @@ mod registry_tests {
     fn seeds(spec: &Spec, parser: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for s in spec.sources.iter().filter(|s| s.parser == parser) {
-            for tree in ["proc", "large", "sys"] {
+            for tree in s.root.fixture_trees() {
                 let path = fixture(tree).join(s.path);
                 if let Ok(text) = std::fs::read_to_string(&path) {
                     out.push((format!("{tree}/{}", s.path), text));
@@ -583,7 +659,12 @@ mod registry_tests {
                     std::fs::copy(f, root.join(s.path)).unwrap();
                 }
             }
-            let mut c = (spec.build)(&Settings::with_roots(&root, fixture("sys")));
+            let mut settings = Settings::with_roots(&root, fixture("sys"));
+            settings.rootfs = fixture("rootfs");
+            for flag in spec.sources.iter().filter_map(|s| s.read_with) {
+                settings.set(flag, Some(FlagValue::Bool(true)));
+            }
+            let mut c = (spec.build)(&settings);
             let mut buf = Vec::new();
             for s in spec.sources.iter().filter(|s| s.root == Root::Procfs) {
                 let parser = spec.parsers.iter().find(|p| p.name == s.parser).unwrap();
