@@ -539,6 +539,42 @@ mod tests {
     }
 
     #[test]
+    fn bool_flags_are_kingpin_style() {
+        use collectors::cpu::{GUEST, INFO};
+        let c = parse(["usescope"]).unwrap();
+        assert!(c.settings.bool(GUEST));
+        assert!(!c.settings.bool(INFO));
+        let c = parse(["usescope", "--no-collector.cpu.guest", "--collector.cpu.info"]).unwrap();
+        assert!(!c.settings.bool(GUEST));
+        assert!(c.settings.bool(INFO));
+        // Last one wins; no `=value` form, as in kingpin.
+        let c = parse(["usescope", "--collector.cpu.info", "--no-collector.cpu.info"]).unwrap();
+        assert!(!c.settings.bool(INFO));
+        assert!(parse(["usescope", "--collector.cpu.guest=false"]).is_err());
+        // The collector toggle is separate from its options.
+        let c = parse(["usescope", "--no-collector.cpu"]).unwrap();
+        assert!(!c.collectors.contains(&"cpu"));
+        assert!(c.collectors.contains(&"stat"));
+        let c = parse(["usescope", "--collector.processes"]).unwrap();
+        assert!(c.collectors.contains(&"processes"));
+    }
+
+    #[test]
+    fn rootfs_and_build_info_flags() {
+        let c = parse(["usescope"]).unwrap();
+        assert_eq!(c.settings.rootfs, std::path::Path::new("/"));
+        assert!(c.node_exporter_build_info);
+        let c = parse([
+            "usescope",
+            "--path.rootfs=/host",
+            "--no-compat.node-exporter-build-info",
+        ])
+        .unwrap();
+        assert_eq!(c.settings.rootfs, std::path::Path::new("/host"));
+        assert!(!c.node_exporter_build_info);
+    }
+
+    #[test]
     fn listen_address() {
         assert_eq!(resolve_listen_address(":9200").unwrap().port(), 9200);
         assert!(resolve_listen_address("127.0.0.1:0").is_ok());

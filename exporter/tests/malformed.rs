@@ -158,6 +158,9 @@ const VARIANTS: &[Variant] = &[
 fn volatile(line: &str) -> bool {
     let family = family_of(line);
     family.starts_with("process_")
+        || family.starts_with("node_timex_")
+        || family == "node_time_seconds"
+        || family == "node_exporter_build_info"
         || family.starts_with("node_scrape_collector_")
         || family.starts_with("usescope_probe")
         || family.starts_with("usescope_bpf_")
@@ -224,12 +227,26 @@ fn tree_with_every_source() -> PathBuf {
     tree
 }
 
-/// `--collector.NAME` for every collector that is off by default.
+/// `--collector.NAME` for every collector that is off by default, and
+/// every flag without which a collector skips one of its files.
 fn every_collector() -> Vec<String> {
     ALL.iter()
         .filter(|s| !s.default_enabled)
         .map(|s| format!("--collector.{}", s.name))
+        .chain(read_with_flags(None))
         .collect()
+}
+
+/// `--FLAG` for each source (of `collector`, or of all) read only with it.
+fn read_with_flags(collector: Option<&str>) -> Vec<String> {
+    let mut flags: Vec<String> = ALL
+        .iter()
+        .filter(|s| collector.is_none_or(|c| c == s.name))
+        .flat_map(|s| s.sources.iter().filter_map(|src| src.read_with))
+        .map(|f| format!("--{f}"))
+        .collect();
+    flags.dedup();
+    flags
 }
 
 fn start(tree: &Path, extra: &[&str]) -> Daemon {
@@ -242,13 +259,12 @@ fn start(tree: &Path, extra: &[&str]) -> Daemon {
 
 /// Families a collector emits on the intact tree.
 fn owned_families(tree: &Path, collector: &str) -> BTreeSet<String> {
-    let d = start(
-        tree,
-        &[
-            "--collector.disable-defaults",
-            &format!("--collector.{collector}"),
-        ],
-    );
+    let mut args = vec![
+        "--collector.disable-defaults".to_string(),
+        format!("--collector.{collector}"),
+    ];
+    args.extend(read_with_flags(Some(collector)));
+    let d = start(tree, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let expo = d.scrape();
     expo.lines()
         .filter(|l| !volatile(l))

@@ -509,3 +509,125 @@ impl Collector for ProcessesCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collectors::test_support::{fixture, render};
+
+    fn parse(s: &str) -> Result<PidStat<'_>, ParseError> {
+        let mut p = PidStat::default();
+        parse_pid_stat_into(s, &mut p).map(|()| p)
+    }
+
+    const KTHREAD: &str = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 24 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn parses_stat_lines() {
+        assert_eq!(
+            parse(KTHREAD).unwrap(),
+            PidStat {
+                state: "S",
+                num_threads: 1
+            }
+        );
+        let evil = "4001 (evil) R 1 (x y) S 1 4001 4001 0 -1 4194560 120 0 0 0 7 3 0 0 20 0 2 0 354800 12345678 600 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        assert_eq!(parse(evil).unwrap().state, "S");
+        assert_eq!(parse(evil).unwrap().num_threads, 2);
+        // Older kernels stop at field 44; newer add fields after.
+        let short: String = KTHREAD.split(' ').take(44).collect::<Vec<_>>().join(" ");
+        assert!(parse(&short).is_ok());
+        assert!(parse(&format!("{} 7 8 9\n", KTHREAD.trim_end())).is_ok());
+    }
+
+    #[test]
+    fn malformed() {
+        assert!(parse("").unwrap_err().msg.contains("(command)"));
+        assert!(parse("1 (x)").unwrap_err().msg.contains("malformed"));
+        assert!(parse(")x( S").is_err());
+        assert!(parse("x (a) S 1").unwrap_err().msg.contains("pid"));
+        let cut: String = KTHREAD.split(' ').take(30).collect::<Vec<_>>().join(" ");
+        assert!(parse(&cut).unwrap_err().msg.contains("missing field"));
+        // field 6 (flags) is unsigned; field 4 (ppid) signed.
+        let neg = KTHREAD.replacen(" 2129984 ", " -5 ", 1);
+        assert!(parse(&neg).unwrap_err().msg.contains("field 9"), "{:?}", parse(&neg));
+        let over = KTHREAD.replacen("18446744073709551615", "18446744073709551616", 1);
+        assert!(parse(&over).is_err());
+        assert!(parse("2 (k)é S 0").is_err());
+    }
+
+    fn scrape(procfs: &std::path::Path) -> Result<String, CollectError> {
+        render(build(&Settings::with_roots(procfs, "/nonexistent")).as_mut())
+    }
+
+    #[test]
+    fn collector_on_fixture() {
+        // 3001: 13 threads (12 S, 1 own); 3002 kthreadd S; 3010 kworker I;
+        // 4000 zombie; 4001 evil comm, 2 threads (own S + one R), a task
+        // directory without stat (exited) and 4005 without stat.
+        assert_eq!(
+            scrape(&fixture("proc")).unwrap(),
+            "# HELP node_processes_threads Allocated threads in system\n\
+             # TYPE node_processes_threads gauge\n\
+             node_processes_threads 18\n\
+             # HELP node_processes_max_threads Limit of threads in the system\n\
+             # TYPE node_processes_max_threads gauge\n\
+             node_processes_max_threads 192730\n\
+             # HELP node_processes_state Number of processes in each state.\n\
+             # TYPE node_processes_state gauge\n\
+             node_processes_state{state=\"I\"} 1\n\
+             node_processes_state{state=\"S\"} 3\n\
+             node_processes_state{state=\"Z\"} 1\n\
+             # HELP node_processes_threads_state Number of threads in each state.\n\
+             # TYPE node_processes_threads_state gauge\n\
+             node_processes_threads_state{thread_state=\"I\"} 1\n\
+             node_processes_threads_state{thread_state=\"R\"} 1\n\
+             node_processes_threads_state{thread_state=\"S\"} 15\n\
+             node_processes_threads_state{thread_state=\"Z\"} 1\n\
+             # HELP node_processes_pids Number of PIDs\n\
+             # TYPE node_processes_pids gauge\n\
+             node_processes_pids 5\n\
+             # HELP node_processes_max_processes Number of max PIDs limit\n\
+             # TYPE node_processes_max_processes gauge\n\
+             node_processes_max_processes 32768\n"
+        );
+        assert_eq!(scrape(std::path::Path::new("/nonexistent-usescope")).unwrap(), "");
+    }
+
+    #[test]
+    fn corrupt_stat_fails_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("7/task/8")).unwrap();
+        std::fs::write(dir.path().join("7/stat"), KTHREAD.replacen("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1", "7 (a) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 2", 1)).unwrap();
+        std::fs::write(dir.path().join("7/task/8/stat"), "8 (a) S x\n").unwrap();
+        let e = scrape(dir.path()).unwrap_err();
+        assert_eq!(e.file, dir.path().join("7/task/8/stat"));
+        // Not a regular file: refused, not read.
+        std::fs::remove_file(dir.path().join("7/task/8/stat")).unwrap();
+        std::fs::create_dir(dir.path().join("7/task/8/stat")).unwrap();
+        let e = scrape(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("8/stat"), "{e}");
+    }
+
+    #[test]
+    fn live_proc_walk_counts_this_process() {
+        let out = scrape(std::path::Path::new("/proc")).unwrap();
+        let v = |name: &str| -> f64 {
+            out.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        assert!(v("node_processes_pids") >= 1.0);
+        assert!(v("node_processes_threads") >= v("node_processes_pids"));
+        let per_state: f64 = out
+            .lines()
+            .filter(|l| l.starts_with("node_processes_threads_state{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        // Threads come and go between the reads; roughly equal.
+        let threads = v("node_processes_threads");
+        assert!((per_state - threads).abs() <= threads * 0.2 + 8.0, "{per_state} vs {threads}");
+    }
+}

@@ -295,3 +295,108 @@ impl Collector for TimeCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collectors::test_support::{fixture, render};
+
+    fn available_of(s: &str) -> Result<Vec<&str>, ParseError> {
+        let mut v = Vec::new();
+        parse_available_into(s, &mut v).map(|()| v)
+    }
+
+    fn current_of(s: &str) -> Result<&str, ParseError> {
+        let mut v = "";
+        parse_current_into(s, &mut v).map(|()| v)
+    }
+
+    #[test]
+    fn parses_clocksource_files() {
+        assert_eq!(available_of("tsc kvm-clock \n").unwrap(), ["tsc", "kvm-clock"]);
+        assert_eq!(available_of("\n").unwrap(), Vec::<&str>::new());
+        assert_eq!(available_of("").unwrap(), Vec::<&str>::new());
+        assert_eq!(available_of("tsc\nhpet\n").unwrap_err().line, 2);
+        assert_eq!(current_of("tsc\n").unwrap(), "tsc");
+        assert_eq!(current_of("  tsc").unwrap(), "tsc");
+        assert_eq!(current_of("").unwrap_err().line, 1);
+        assert!(current_of("tsc hpet\n").unwrap_err().msg.contains("hpet"));
+        assert_eq!(current_of("tsc\nx\n").unwrap_err().line, 2);
+    }
+
+    fn settings(sysfs: &Path) -> Settings {
+        Settings::with_roots("/nonexistent", sysfs)
+    }
+
+    #[test]
+    fn collector_on_fixture() {
+        let out = render(build(&settings(&fixture("sys"))).as_mut()).unwrap();
+        let mut lines = out.lines();
+        assert_eq!(
+            lines.next(),
+            Some("# HELP node_time_seconds System time in seconds since epoch (1970).")
+        );
+        let now: f64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("node_time_seconds "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let real = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!((real - now).abs() < 5.0, "{now} vs {real}");
+        assert!(out.contains("# TYPE node_time_zone_offset_seconds gauge\nnode_time_zone_offset_seconds{time_zone=\""));
+        assert!(out.ends_with(
+            "# HELP node_time_clocksource_available_info Available clocksources read from '/sys/devices/system/clocksource'.\n\
+             # TYPE node_time_clocksource_available_info gauge\n\
+             node_time_clocksource_available_info{clocksource=\"tsc\",device=\"0\"} 1\n\
+             node_time_clocksource_available_info{clocksource=\"kvm-clock\",device=\"0\"} 1\n\
+             # HELP node_time_clocksource_current_info Current clocksource read from '/sys/devices/system/clocksource'.\n\
+             # TYPE node_time_clocksource_current_info gauge\n\
+             node_time_clocksource_current_info{clocksource=\"tsc\",device=\"0\"} 1\n"
+        ), "{out}");
+    }
+
+    #[test]
+    fn zone_is_the_c_librarys() {
+        let mut name = String::new();
+        // 2024-07-01: summer time where there is one.
+        let off = local_zone(1_719_792_000, &mut name).unwrap();
+        assert!(off.abs() <= 14 * 3600, "{off}");
+        assert!(!name.is_empty());
+    }
+
+    #[test]
+    fn devices_are_numbered_in_name_order_and_files_may_be_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join(CLOCKSOURCE_DIR);
+        for (name, avail, cur) in [
+            ("clocksource0", Some("tsc hpet\n"), Some("tsc\n")),
+            ("clocksource10", Some("x10\n"), Some("x10\n")),
+            ("clocksource2", None, Some("x2\n")),
+            ("clocksourcex", Some("no\n"), Some("no\n")),
+        ] {
+            std::fs::create_dir_all(base.join(name)).unwrap();
+            if let Some(a) = avail {
+                std::fs::write(base.join(name).join("available_clocksource"), a).unwrap();
+            }
+            if let Some(c) = cur {
+                std::fs::write(base.join(name).join("current_clocksource"), c).unwrap();
+            }
+        }
+        let mut c = build(&settings(dir.path()));
+        let out = render(c.as_mut()).unwrap();
+        // Glob order: clocksource0, clocksource10, clocksource2.
+        assert!(out.contains("node_time_clocksource_current_info{clocksource=\"x10\",device=\"1\"} 1\n"), "{out}");
+        assert!(out.contains("node_time_clocksource_current_info{clocksource=\"x2\",device=\"2\"} 1\n"), "{out}");
+        assert!(!out.contains("\"no\""), "{out}");
+        assert_eq!(out.matches("node_time_clocksource_available_info{").count(), 3);
+        // A corrupt file fails the collector, naming it.
+        std::fs::write(base.join("clocksource2/current_clocksource"), "a b\n").unwrap();
+        let e = render(c.as_mut()).unwrap_err();
+        assert_eq!(e.file, base.join("clocksource2/current_clocksource"));
+        // No clocksource directory: time and zone only.
+        let out = render(build(&settings(Path::new("/nonexistent-usescope"))).as_mut()).unwrap();
+        assert!(!out.contains("clocksource"));
+        assert!(out.contains("node_time_seconds "));
+    }
+}
