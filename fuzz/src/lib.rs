@@ -13,7 +13,7 @@
 use std::hint::black_box;
 use std::sync::OnceLock;
 
-use usescope::collectors::{self, Root};
+use usescope::collectors;
 use usescope::error::ParseError;
 use usescope::probes::btf;
 
@@ -21,12 +21,13 @@ use usescope::probes::btf;
 pub type Check = fn(&str) -> Result<(), ParseError>;
 
 /// A text parser's fuzz entry point. `name` also names its corpus
-/// directory (`fuzz/corpus/NAME`); `seeds` are fixture paths relative to
-/// a /proc root (`exporter/tests/fixtures/{proc,large}`).
+/// directory (`fuzz/corpus/NAME`); `seeds` are fixture files relative to
+/// `exporter/tests/fixtures` (`proc/stat`, `large/stat`, `sys/…`,
+/// `rootfs/…`: each source in every fixture tree of its root).
 pub struct Target {
     pub name: &'static str,
     pub check: Check,
-    pub seeds: Vec<&'static str>,
+    pub seeds: Vec<String>,
 }
 
 /// Parsers that are not a collector's file, so not in the registry:
@@ -47,8 +48,13 @@ pub fn text_targets() -> Vec<Target> {
             seeds: spec
                 .sources
                 .iter()
-                .filter(|s| s.parser == p.name && s.root == Root::Procfs)
-                .map(|s| s.path)
+                .filter(|s| s.parser == p.name)
+                .flat_map(|s| {
+                    s.root
+                        .fixture_trees()
+                        .iter()
+                        .map(move |tree| format!("{tree}/{}", s.path))
+                })
                 .collect(),
         })
         .collect();
