@@ -75,6 +75,10 @@ pub struct SourceFile {
     skipped: Vec<usize>,
     /// Whether a descriptor on procfs/sysfs is kept between reads.
     keep: bool,
+    /// A sysfs attribute under a root known to be a real sysfs: opened
+    /// without the file-type checks and read with one `pread` (see
+    /// [`SourceFile::attribute`]).
+    attribute: bool,
 }
 
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
@@ -92,6 +96,7 @@ impl SourceFile {
             chunk: usize::MAX,
             skipped: Vec::new(),
             keep: true,
+            attribute: false,
         }
     }
 
@@ -110,6 +115,21 @@ impl SourceFile {
         SourceFile {
             keep: false,
             ..SourceFile::small(root, relative)
+        }
+    }
+
+    /// A per-device sysfs attribute (cpuN/online, cpuN/topology/core_id)
+    /// read at every scrape without keeping a descriptor, as
+    /// [`SourceFile::transient`]. When `on_sysfs` (the root was checked
+    /// with [`is_sysfs`]) the read is three system calls, open, one
+    /// `pread` and close, instead of six: sysfs holds only regular files,
+    /// directories and links within itself, so the file-type checks have
+    /// nothing to catch, and an attribute (at most a page) comes whole in
+    /// one read, so a short read is the end.
+    pub fn attribute(root: &Path, relative: &str, on_sysfs: bool) -> SourceFile {
+        SourceFile {
+            attribute: on_sysfs,
+            ..SourceFile::transient(root, relative)
         }
     }
 
@@ -223,6 +243,28 @@ impl SourceFile {
                 // replaced: drop the descriptor and try a fresh open.
                 Err(_) => self.kept = None,
             }
+        }
+        if self.attribute {
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+                .open(&self.path)?;
+            const PAGE: usize = 4096;
+            if self.buf.len() < PAGE {
+                self.buf.resize(PAGE, 0);
+            }
+            let n = loop {
+                match f.read_at(&mut self.buf[..PAGE], 0) {
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    r => break r?,
+                }
+            };
+            self.len = if n < PAGE {
+                n
+            } else {
+                read_all_at(&f, &mut self.buf, usize::MAX)?
+            };
+            return Ok(());
         }
         let f = open_regular(&self.path)?;
         self.len = read_all_at(&f, &mut self.buf, self.chunk)?;
@@ -410,6 +452,20 @@ impl Dir {
         }
         Ok(true)
     }
+}
+
+/// Whether `path` is on a real sysfs mount (statfs), for
+/// [`SourceFile::attribute`].
+pub fn is_sysfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is plain C data; all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct we own.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == SYSFS_MAGIC
 }
 
 /// Opens a directory for [`list_fd`].

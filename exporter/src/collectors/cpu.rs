@@ -394,7 +394,7 @@ struct Last {
 }
 
 /// One `devices/system/cpu/cpuN` directory's attributes, reopened at each
-/// read (see [`SourceFile::transient`]).
+/// read (see [`SourceFile::attribute`]).
 struct SysCpu {
     id: u32,
     package_id: SourceFile,
@@ -402,12 +402,23 @@ struct SysCpu {
     core_throttles: SourceFile,
     package_throttles: SourceFile,
     online: SourceFile,
+    /// (package, core), once read: a logical CPU's place in the hardware
+    /// does not change while its directory exists. Read again until it
+    /// succeeds (an offline CPU has no topology).
+    topology: Option<(u64, u64)>,
+    /// The scrape before which `thermal_throttle/` is not looked for again:
+    /// it exists only on CPUs with thermal monitoring (Intel), so on every
+    /// other host each CPU would cost two failed opens per scrape.
+    throttle_recheck: u64,
 }
 
+/// Scrapes between two looks for an absent `thermal_throttle/`.
+const THROTTLE_RECHECK_SCRAPES: u64 = 64;
+
 impl SysCpu {
-    fn new(sysfs: &Path, id: u32) -> SysCpu {
+    fn new(sysfs: &Path, id: u32, on_sysfs: bool) -> SysCpu {
         let dir = sysfs.join(format!("devices/system/cpu/cpu{id}"));
-        let f = |rel: &str| SourceFile::transient(&dir, rel);
+        let f = |rel: &str| SourceFile::attribute(&dir, rel, on_sysfs);
         SysCpu {
             id,
             package_id: f("topology/physical_package_id"),
@@ -415,7 +426,20 @@ impl SysCpu {
             core_throttles: f("thermal_throttle/core_throttle_count"),
             package_throttles: f("thermal_throttle/package_throttle_count"),
             online: f("online"),
+            topology: None,
+            throttle_recheck: 0,
         }
+    }
+
+    /// node_exporter reads package and core at every scrape and skips the
+    /// CPU on any failure; the values are kept here once read.
+    fn topology(&mut self) -> Option<(u64, u64)> {
+        if self.topology.is_none() {
+            let package = read_uint(&mut self.package_id)?;
+            let core = read_uint(&mut self.core_id)?;
+            self.topology = Some((package, core));
+        }
+        self.topology
     }
 }
 
@@ -437,12 +461,16 @@ pub struct CpuCollector {
     flags_include: Option<regex::Regex>,
     bugs_include: Option<regex::Regex>,
     sysfs: std::path::PathBuf,
+    /// `sysfs` is a real sysfs mount (cheaper attribute reads).
+    on_sysfs: bool,
     stat_file: SourceFile,
     parsed: Stat,
     /// Indexed by CPU id; reused across scrapes.
     last: Vec<Last>,
     /// Successful scrapes so far; `Last::seen` refers to it.
     scrapes: u64,
+    /// Calls of `collect`, the clock of `SysCpu::throttle_recheck`.
+    collects: u64,
     cpuinfo_file: SourceFile,
     cpuinfo_path: std::path::PathBuf,
     /// Always empty between scrapes; recycled for the cpuinfo rows.
@@ -476,10 +504,12 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         flags_include,
         bugs_include,
         sysfs: s.sysfs.clone(),
+        on_sysfs: crate::source::is_sysfs(&s.sysfs),
         stat_file: SourceFile::new(&s.procfs, "stat"),
         parsed: Stat::default(),
         last: Vec::new(),
         scrapes: 0,
+        collects: 0,
         cpuinfo_file: SourceFile::new(&s.procfs, "cpuinfo"),
         cpuinfo_path: s.procfs.join("cpuinfo"),
         cpuinfo_rows: Vec::new(),
@@ -546,7 +576,15 @@ impl CpuCollector {
         if listed.len() != self.sys_cpus.len()
             || listed.iter().zip(&self.sys_cpus).any(|(a, c)| *a != c.id)
         {
-            self.sys_cpus = listed.iter().map(|&id| SysCpu::new(&self.sysfs, id)).collect();
+            // Kept entries keep their cached topology.
+            let mut old = std::mem::take(&mut self.sys_cpus);
+            self.sys_cpus = listed
+                .iter()
+                .map(|&id| match old.iter().position(|c| c.id == id) {
+                    Some(i) => old.swap_remove(i),
+                    None => SysCpu::new(&self.sysfs, id, self.on_sysfs),
+                })
+                .collect();
         }
         Ok(())
     }
@@ -557,20 +595,33 @@ impl CpuCollector {
     fn read_throttles(&mut self) {
         self.package_throttles.clear();
         self.core_throttles.clear();
+        self.collects += 1;
+        let scrape = self.collects;
         for cpu in &mut self.sys_cpus {
-            let Some(package) = read_uint(&mut cpu.package_id) else {
+            let Some((package, core)) = cpu.topology() else {
                 continue;
             };
-            let Some(core) = read_uint(&mut cpu.core_id) else {
+            if cpu.throttle_recheck > scrape {
                 continue;
-            };
+            }
             if !self
                 .core_throttles
                 .iter()
                 .any(|&(p, c, _)| p == package && c == core)
-                && let Some(n) = read_uint(&mut cpu.core_throttles)
             {
-                self.core_throttles.push((package, core, n));
+                match cpu.core_throttles.read() {
+                    Ok(Read::Absent) => {
+                        cpu.throttle_recheck = scrape + THROTTLE_RECHECK_SCRAPES;
+                        continue;
+                    }
+                    Ok(Read::Text(t)) => {
+                        let mut n = 0;
+                        if u64_sysctl_into(t, &mut n).is_ok() {
+                            self.core_throttles.push((package, core, n));
+                        }
+                    }
+                    Err(_) => {}
+                }
             }
             if !self.package_throttles.iter().any(|&(p, _)| p == package)
                 && let Some(n) = read_uint(&mut cpu.package_throttles)
@@ -1157,5 +1208,28 @@ mod tests {
         let s = Settings::with_roots(fixture("proc"), "/nonexistent-usescope");
         let out = render(build(&s).as_mut()).unwrap();
         assert!(!out.contains("throttles"));
+    }
+
+    #[test]
+    fn topology_is_kept_and_absent_throttles_are_looked_for_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpu0 = dir.path().join("devices/system/cpu/cpu0");
+        std::fs::create_dir_all(cpu0.join("topology")).unwrap();
+        std::fs::write(cpu0.join("topology/physical_package_id"), "0\n").unwrap();
+        std::fs::write(cpu0.join("topology/core_id"), "0\n").unwrap();
+        let mut c = build(&Settings::with_roots("/nonexistent", dir.path()));
+        assert!(!render(c.as_mut()).unwrap().contains("throttles"));
+        std::fs::create_dir_all(cpu0.join("thermal_throttle")).unwrap();
+        std::fs::write(cpu0.join("thermal_throttle/core_throttle_count"), "9\n").unwrap();
+        std::fs::write(cpu0.join("thermal_throttle/package_throttle_count"), "4\n").unwrap();
+        // The topology files may go; the values were read.
+        std::fs::remove_dir_all(cpu0.join("topology")).unwrap();
+        let seen = (0..THROTTLE_RECHECK_SCRAPES + 1)
+            .map(|_| render(c.as_mut()).unwrap())
+            .position(|out| out.contains("node_cpu_core_throttles_total{core=\"0\",package=\"0\"} 9"));
+        assert_eq!(seen, Some(THROTTLE_RECHECK_SCRAPES as usize - 1));
+        // A new collector (a CPU seen afresh) needs its topology.
+        let out = render(build(&Settings::with_roots("/nonexistent", dir.path())).as_mut()).unwrap();
+        assert!(!out.contains("throttles"), "{out}");
     }
 }
