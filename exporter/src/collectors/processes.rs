@@ -260,6 +260,11 @@ impl Walk {
             };
             match got {
                 0 => return Ok(n),
+                // procfs generates a stat file whole at the first read, so
+                // a read that does not fill the buffer is the end there.
+                g if g > 0 && self.kernel && (g as usize) < self.read_buf.len() - n => {
+                    return Ok(n + g as usize);
+                }
                 g if g > 0 => n += g as usize,
                 _ => {
                     let e = io::Error::last_os_error();
