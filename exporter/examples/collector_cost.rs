@@ -27,19 +27,29 @@ fn main() {
         };
         let mut s = Settings::with_roots(&procfs, &sysfs);
         for f in flags.split(',').filter(|f| !f.is_empty()) {
-            let flag = spec.flags.iter().find(|x| x.name == f).expect("a flag of the collector");
+            let flag = spec
+                .flags
+                .iter()
+                .find(|x| x.name == f)
+                .expect("a flag of the collector");
             s.set(flag.name, Some(FlagValue::Bool(true)));
         }
         let mut c = (spec.build)(&s);
         // One warm-up: kept descriptors opened, buffers grown.
         buf.clear();
-        let ok = c.collect(&mut Encoder::new(&mut buf, Format::PrometheusText)).is_ok();
+        let ok = c
+            .collect(&mut Encoder::new(&mut buf, Format::PrometheusText))
+            .is_ok();
         let start = Instant::now();
         for _ in 0..n {
             buf.clear();
             let _ = c.collect(&mut Encoder::new(&mut buf, Format::PrometheusText));
         }
         let per = start.elapsed() / n;
-        println!("{w:40} {per:>12?} per collect, {:>7} bytes{}", buf.len(), if ok { "" } else { " (FAILED)" });
+        println!(
+            "{w:40} {per:>12?} per collect, {:>7} bytes{}",
+            buf.len(),
+            if ok { "" } else { " (FAILED)" }
+        );
     }
 }

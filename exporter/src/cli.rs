@@ -544,11 +544,21 @@ mod tests {
         let c = parse(["usescope"]).unwrap();
         assert!(c.settings.bool(GUEST));
         assert!(!c.settings.bool(INFO));
-        let c = parse(["usescope", "--no-collector.cpu.guest", "--collector.cpu.info"]).unwrap();
+        let c = parse([
+            "usescope",
+            "--no-collector.cpu.guest",
+            "--collector.cpu.info",
+        ])
+        .unwrap();
         assert!(!c.settings.bool(GUEST));
         assert!(c.settings.bool(INFO));
         // Last one wins; no `=value` form, as in kingpin.
-        let c = parse(["usescope", "--collector.cpu.info", "--no-collector.cpu.info"]).unwrap();
+        let c = parse([
+            "usescope",
+            "--collector.cpu.info",
+            "--no-collector.cpu.info",
+        ])
+        .unwrap();
         assert!(!c.settings.bool(INFO));
         assert!(parse(["usescope", "--collector.cpu.guest=false"]).is_err());
         // The collector toggle is separate from its options.

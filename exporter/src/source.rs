@@ -478,7 +478,11 @@ pub fn open_dir(path: &Path) -> io::Result<File> {
 
 /// Lists the directory open at `fd` from its start, calling `each` with
 /// every name but `.` and `..`; `buf` is the reused getdents64 buffer.
-pub fn list_fd(fd: std::os::fd::RawFd, buf: &mut Vec<u8>, mut each: impl FnMut(&str)) -> io::Result<()> {
+pub fn list_fd(
+    fd: std::os::fd::RawFd,
+    buf: &mut Vec<u8>,
+    mut each: impl FnMut(&str),
+) -> io::Result<()> {
     if buf.len() < 16 << 10 {
         buf.resize(16 << 10, 0);
     }
@@ -510,7 +514,8 @@ pub fn list_fd(fd: std::os::fd::RawFd, buf: &mut Vec<u8>, mut each: impl FnMut(&
             }
             let name = &rest[19..reclen];
             let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-            if name != b"." && name != b".."
+            if name != b"."
+                && name != b".."
                 && let Ok(n) = std::str::from_utf8(name)
             {
                 each(n);

@@ -184,7 +184,11 @@ fn compare(ne: &str, us: &str, wanted: impl Fn(&str) -> bool, live: bool) -> Vec
         let (Some(n), Some(u)) = (ne.get(name), us.get(name)) else {
             diffs.push(format!(
                 "{name}: only in {}",
-                if ne.contains_key(name) { "node_exporter" } else { "usescope" }
+                if ne.contains_key(name) {
+                    "node_exporter"
+                } else {
+                    "usescope"
+                }
             ));
             continue;
         };
@@ -194,7 +198,8 @@ fn compare(ne: &str, us: &str, wanted: impl Fn(&str) -> bool, live: bool) -> Vec
         if n.help != u.help {
             diffs.push(format!("{name}: HELP {:?} vs {:?}", n.help, u.help));
         }
-        let by_labels = |f: &Family| -> BTreeMap<Labels, f64> { f.samples.iter().cloned().collect() };
+        let by_labels =
+            |f: &Family| -> BTreeMap<Labels, f64> { f.samples.iter().cloned().collect() };
         let (nl, ul) = (by_labels(n), by_labels(u));
         if nl.len() != n.samples.len() || ul.len() != u.samples.len() {
             diffs.push(format!("{name}: duplicate series"));
@@ -210,7 +215,11 @@ fn compare(ne: &str, us: &str, wanted: impl Fn(&str) -> bool, live: bool) -> Vec
             continue;
         }
         let tol = if live { tolerance(name) } else { 0.0 };
-        let tol = if name == "node_time_seconds" { 5.0 } else { tol };
+        let tol = if name == "node_time_seconds" {
+            5.0
+        } else {
+            tol
+        };
         for (labels, nv) in &nl {
             let uv = ul[labels];
             let same = nv == &uv
@@ -218,14 +227,20 @@ fn compare(ne: &str, us: &str, wanted: impl Fn(&str) -> bool, live: bool) -> Vec
                 || (nv - uv).abs() <= tol
                 || (nv - uv).abs() <= 1e-12 * nv.abs();
             if !same {
-                diffs.push(format!("{name}{labels:?}: node_exporter {nv} vs usescope {uv}"));
+                diffs.push(format!(
+                    "{name}{labels:?}: node_exporter {nv} vs usescope {uv}"
+                ));
             }
         }
     }
     diffs
 }
 
-const NO_PROBES: [&str; 3] = ["--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"];
+const NO_PROBES: [&str; 3] = [
+    "--no-probe.runqlat",
+    "--no-probe.cachestat",
+    "--no-probe.drops",
+];
 
 /// Scrapes node_exporter and usescope with the same roots and collector
 /// flags (usescope additionally gets `us_extra`), back to back.
@@ -343,8 +358,15 @@ fn two_socket_host_with_cpu_info() {
         assert!(u.contains(&format!("# TYPE {f} ")), "{f} missing");
     }
     // --no-collector.cpu.guest drops the family in both.
-    let (n, u) = both(&ne, &r, &["--collector.cpu", "--no-collector.cpu.guest"], &[]);
-    assert!(!n.contains("node_cpu_guest_seconds_total") && !u.contains("node_cpu_guest_seconds_total"));
+    let (n, u) = both(
+        &ne,
+        &r,
+        &["--collector.cpu", "--no-collector.cpu.guest"],
+        &[],
+    );
+    assert!(
+        !n.contains("node_cpu_guest_seconds_total") && !u.contains("node_cpu_guest_seconds_total")
+    );
     assert_same("two-socket tree, no guest", compare(&n, &u, ours, false));
 }
 
@@ -361,8 +383,14 @@ fn os_release_with_quotes_and_escapes() {
     let r = roots(&fixture("proc"), &fixture("sys"), rootfs.path());
     let (n, u) = both(&ne, &r, &["--collector.os"], &[]);
     assert_same("os-release edge cases", compare(&n, &u, ours, false));
-    assert!(u.contains("pretty_name=\"Edge Linux 9.4 (Café 😀) \\\\ back/slash\""), "{u}");
-    assert!(u.contains("node_os_support_end_timestamp_seconds 1969574400"), "{u}");
+    assert!(
+        u.contains("pretty_name=\"Edge Linux 9.4 (Café 😀) \\\\ back/slash\""),
+        "{u}"
+    );
+    assert!(
+        u.contains("node_os_support_end_timestamp_seconds 1969574400"),
+        "{u}"
+    );
 }
 
 #[test]
@@ -376,7 +404,11 @@ fn live_host() {
         .collect();
     let (n, u) = both(&ne, &r, &flags, &[]);
     assert_same("live host", compare(&n, &u, ours, true));
-    for f in ["node_timex_sync_status", "node_time_seconds", "node_os_info"] {
+    for f in [
+        "node_timex_sync_status",
+        "node_time_seconds",
+        "node_os_info",
+    ] {
         assert!(u.contains(&format!("# TYPE {f} ")), "{f} missing");
     }
     // The live process table changes between two reads: compare the
@@ -387,7 +419,10 @@ fn live_host() {
         let uf = u.get(name).unwrap_or_else(|| panic!("{name} missing"));
         assert_eq!((&nf.kind, &nf.help), (&uf.kind, &uf.help), "{name}");
         let names = |f: &Family| -> BTreeSet<String> {
-            f.samples.iter().flat_map(|(l, _)| l.keys().cloned()).collect()
+            f.samples
+                .iter()
+                .flat_map(|(l, _)| l.keys().cloned())
+                .collect()
         };
         assert_eq!(names(nf), names(uf), "{name}");
     }
@@ -399,7 +434,10 @@ fn node_exporter_build_info_has_node_exporters_labels() {
     let r = roots(&fixture("proc"), &fixture("sys"), &fixture("rootfs"));
     let (n, u) = both(&ne, &r, &["--collector.time"], &[]);
     let (n, u) = (parse(&n), parse(&u));
-    let (nf, uf) = (&n["node_exporter_build_info"], &u["node_exporter_build_info"]);
+    let (nf, uf) = (
+        &n["node_exporter_build_info"],
+        &u["node_exporter_build_info"],
+    );
     assert_eq!((&nf.kind, &nf.help), (&uf.kind, &uf.help));
     let keys = |f: &Family| f.samples[0].0.keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(nf), keys(uf));
@@ -409,7 +447,13 @@ fn node_exporter_build_info_has_node_exporters_labels() {
     assert_eq!(labels["goos"], nf.samples[0].0["goos"]);
     assert_eq!(labels["goarch"], nf.samples[0].0["goarch"]);
     // And it can be turned off.
-    let d = Daemon::start(&["--collector.disable-defaults", "--no-compat.node-exporter-build-info", NO_PROBES[0], NO_PROBES[1], NO_PROBES[2]]);
+    let d = Daemon::start(&[
+        "--collector.disable-defaults",
+        "--no-compat.node-exporter-build-info",
+        NO_PROBES[0],
+        NO_PROBES[1],
+        NO_PROBES[2],
+    ]);
     assert!(!d.scrape().contains("node_exporter_build_info"));
     assert!(d.stop().success());
 }
@@ -421,12 +465,21 @@ fn comparison_reports_differences() {
              # HELP node_x_b B.\n# TYPE node_x_b counter\nnode_x_b 3\n";
     assert!(compare(a, a, |n| n.starts_with("node_x_"), false).is_empty());
     let cases = [
-        (a.replace("node_x_a{l=\"2\"} 2", "node_x_a{l=\"2\"} 2.5"), "usescope 2.5"),
+        (
+            a.replace("node_x_a{l=\"2\"} 2", "node_x_a{l=\"2\"} 2.5"),
+            "usescope 2.5",
+        ),
         (a.replace("l=\"2\"", "l=\"3\""), "label sets differ"),
-        (a.replace("# TYPE node_x_b counter", "# TYPE node_x_b gauge"), "type"),
+        (
+            a.replace("# TYPE node_x_b counter", "# TYPE node_x_b gauge"),
+            "type",
+        ),
         (a.replace("B.", "B"), "HELP"),
         (a.replace("node_x_b", "node_x_c"), "only in"),
-        (a.replace("\\\"1\\\"", "\"1\"") + "node_x_a{l=\"1\"} 1\n", "duplicate"),
+        (
+            a.replace("\\\"1\\\"", "\"1\"") + "node_x_a{l=\"1\"} 1\n",
+            "duplicate",
+        ),
     ];
     for (b, want) in cases {
         let d = compare(a, &b, |n| n.starts_with("node_x_"), false);

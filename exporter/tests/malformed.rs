@@ -310,7 +310,10 @@ fn every_file_every_corruption() {
         // A file two collectors read (/proc/stat: cpu and stat, as in
         // node_exporter) takes both down; neither counts as "another".
         let mut shared = owned.clone();
-        for other in files().iter().filter(|f| f.path == file && f.collector != collector) {
+        for other in files()
+            .iter()
+            .filter(|f| f.path == file && f.collector != collector)
+        {
             shared.extend(
                 owned_by
                     .entry(other.collector)

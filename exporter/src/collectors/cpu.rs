@@ -1096,8 +1096,8 @@ mod tests {
     #[test]
     fn online_values() {
         let parse = |s: &str| parse_fresh(s, parse_online_into);
-        assert_eq!(parse("1\n").unwrap(), true);
-        assert_eq!(parse("0\n").unwrap(), false);
+        assert!(parse("1\n").unwrap());
+        assert!(!parse("0\n").unwrap());
         assert!(parse("2\n").is_err());
         assert!(parse("").is_err());
     }

@@ -17,6 +17,7 @@
 //!   result is the same without the two extra system calls;
 //! - at most [`MAX_TASKS`] (the kernel's PID_MAX_LIMIT) stat files per
 //!   scrape; past that the scrape fails rather than run on.
+//!
 //! Measured cost is in docs/collectors/system.md.
 //!
 //! A process or thread that exits between the listing and the read
