@@ -92,7 +92,7 @@ def main():
     a = ap.parse_args()
     ne_collectors = node_exporter_collectors(usescope_collectors(a.usescope))
     up, np_ = free_port(), free_port()
-    us = subprocess.Popen([a.usescope, f"--web.listen-address=127.0.0.1:{up}", "--collector.interrupts",
+    us = subprocess.Popen([a.usescope, f"--web.listen-address=127.0.0.1:{up}", "--collector.interrupts", "--collector.processes",
                            "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"],
                           stderr=subprocess.DEVNULL)
     ne_args = [a.node_exporter, f"--web.listen-address=127.0.0.1:{np_}", "--collector.disable-defaults",
