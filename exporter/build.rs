@@ -1,6 +1,6 @@
 //! Build script:
-//! - stamps the git revision and rustc version into the binary for
-//!   `usescope_build_info`;
+//! - stamps the git revision, branch and rustc version into the binary for
+//!   `usescope_build_info` and `node_exporter_build_info`;
 //! - compiles the eBPF programs in `ebpf-probes/` (C, CO-RE) with clang into
 //!   OUT_DIR, where `src/probes/objects.rs` embeds them with
 //!   `include_bytes_aligned!`, so the one `usescope` binary is all an
@@ -41,7 +41,16 @@ fn stamp_versions() {
                 .map(str::to_string)
         })
         .unwrap_or_else(|| "unknown".to_string());
+    let branch = Command::new("git")
+        .args(["rev-parse", "--abbrev-ref", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|b| b != "HEAD")
+        .unwrap_or_default();
     println!("cargo:rustc-env=USESCOPE_GIT_REVISION={revision}");
+    println!("cargo:rustc-env=USESCOPE_GIT_BRANCH={branch}");
     println!("cargo:rustc-env=USESCOPE_RUSTC_VERSION={rust_version}");
     println!("cargo:rerun-if-changed=../.git/HEAD");
     println!("cargo:rerun-if-changed=../.git/refs");

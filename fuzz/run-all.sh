@@ -23,7 +23,8 @@ total=${1:-900}
 shift || true
 cargo fuzz build -s none >/dev/null
 bin=target/$(rustc -vV | sed -n 's/^host: //p')/release
-# One line per text target: NAME SEED... (paths under a fixture /proc root).
+# One line per text target: NAME SEED... (paths under exporter/tests/fixtures,
+# starting with the tree: proc/, large/, sys/, rootfs/).
 listing=$(USESCOPE_FUZZ_TARGET=list "$bin/parser" 2>/dev/null)
 all="$(cut -d' ' -f1 <<<"$listing") btf"
 targets=${*:-$all}
@@ -36,14 +37,13 @@ for t in $targets; do units=$((units + $(weight "$t"))); done
 # Seeds of each text target from both fixture trees, named as in corpus/.
 fixtures=../exporter/tests/fixtures
 seeds_of() {
-  local dir=target/seeds/$1 seed tree
+  local dir=target/seeds/$1 seed tree rest
   rm -rf "$dir" && mkdir -p "$dir"
   for seed in $(grep "^$1 " <<<"$listing" | cut -d' ' -f2-); do
-    for tree in proc large sys; do
-      if [ -f "$fixtures/$tree/$seed" ]; then
-        cp "$fixtures/$tree/$seed" "$dir/seed-$tree-${seed//\//_}"
-      fi
-    done
+    tree=${seed%%/*} rest=${seed#*/}
+    if [ -f "$fixtures/$seed" ]; then
+      cp "$fixtures/$seed" "$dir/seed-$tree-${rest//\//_}"
+    fi
   done
   echo "$dir"
 }

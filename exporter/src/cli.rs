@@ -40,6 +40,9 @@ pub struct Config {
     pub web_config_file: Option<std::path::PathBuf>,
     /// `--runtime.user`: switch to this user after the probes attach.
     pub runtime_user: Option<String>,
+    /// `--[no-]compat.node-exporter-build-info`: write node_exporter's
+    /// build-info metric (on by default; docs/collectors/system.md).
+    pub node_exporter_build_info: bool,
     /// Hidden `--internal.probe-loader`: this process is the short-lived
     /// probe loader the daemon started (see probes/loader_process.rs).
     pub probe_loader: bool,
@@ -127,10 +130,30 @@ pub fn command() -> Command {
                 .help("udev data path"),
         )
         .arg(
+            Arg::new("path.rootfs")
+                .long("path.rootfs")
+                .default_value("/")
+                .help("rootfs mountpoint"),
+        )
+        .arg(
             Arg::new("collector.disable-defaults")
                 .long("collector.disable-defaults")
                 .action(ArgAction::SetTrue)
                 .help("Set all collectors to disabled by default; enable them with --collector.NAME"),
+        )
+        .arg(
+            Arg::new("compat.node-exporter-build-info")
+                .long("compat.node-exporter-build-info")
+                .action(ArgAction::SetTrue)
+                .overrides_with_all(["compat.node-exporter-build-info", "no-compat.node-exporter-build-info"])
+                .help("Write node_exporter_build_info (usescope's build, tags=\"usescope\"), which the node mixin's dashboards list hosts from (default: on; --no-compat.node-exporter-build-info turns it off)"),
+        )
+        .arg(
+            Arg::new("no-compat.node-exporter-build-info")
+                .long("no-compat.node-exporter-build-info")
+                .action(ArgAction::SetTrue)
+                .overrides_with_all(["compat.node-exporter-build-info", "no-compat.node-exporter-build-info"])
+                .hide(true),
         )
         .arg(
             Arg::new("log.level")
@@ -265,6 +288,7 @@ where
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
     settings.udev = Some(s("path.udev.data").into());
+    settings.rootfs = s("path.rootfs").into();
     for flag in collectors::ALL.iter().flat_map(|spec| spec.flags) {
         let value = match flag.kind {
             // Every occurrence, in order, as one list.
@@ -318,6 +342,7 @@ where
         probes: probes::settings_from(&m, enabled_probes),
         runtime_user: m.get_one::<String>("runtime.user").cloned(),
         probe_loader: m.get_flag(probes::loader_process::FLAG),
+        node_exporter_build_info: !m.get_flag("no-compat.node-exporter-build-info"),
         web_config_file: m.get_one::<String>("web.config.file").map(Into::into),
         log_level: s("log.level"),
         log_format: if s("log.format") == "json" {
@@ -532,6 +557,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn bool_flags_are_kingpin_style() {
+        use collectors::cpu::{GUEST, INFO};
+        let c = parse(["usescope"]).unwrap();
+        assert!(c.settings.switch(GUEST));
+        assert!(!c.settings.switch(INFO));
+        let c = parse([
+            "usescope",
+            "--no-collector.cpu.guest",
+            "--collector.cpu.info",
+        ])
+        .unwrap();
+        assert!(!c.settings.switch(GUEST));
+        assert!(c.settings.switch(INFO));
+        // Last one wins; no `=value` form, as in kingpin.
+        let c = parse([
+            "usescope",
+            "--collector.cpu.info",
+            "--no-collector.cpu.info",
+        ])
+        .unwrap();
+        assert!(!c.settings.switch(INFO));
+        assert!(parse(["usescope", "--collector.cpu.guest=false"]).is_err());
+        // The collector toggle is separate from its options.
+        let c = parse(["usescope", "--no-collector.cpu"]).unwrap();
+        assert!(!c.collectors.contains(&"cpu"));
+        assert!(c.collectors.contains(&"stat"));
+        let c = parse(["usescope", "--collector.processes"]).unwrap();
+        assert!(c.collectors.contains(&"processes"));
+    }
+
+    #[test]
+    fn rootfs_and_build_info_flags() {
+        let c = parse(["usescope"]).unwrap();
+        assert_eq!(c.settings.rootfs, std::path::Path::new("/"));
+        assert!(c.node_exporter_build_info);
+        let c = parse([
+            "usescope",
+            "--path.rootfs=/host",
+            "--no-compat.node-exporter-build-info",
+        ])
+        .unwrap();
+        assert_eq!(c.settings.rootfs, std::path::Path::new("/host"));
+        assert!(!c.node_exporter_build_info);
     }
 
     #[test]

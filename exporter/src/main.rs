@@ -146,7 +146,9 @@ fn start(config: &Config) -> Result<Started, String> {
         Ok(n) => tracing::debug!(limit = n, "open-file limit raised to the hard limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
-    let mut scraper = Scraper::new(SelfMetrics::new());
+    let mut scraper = Scraper::new(
+        SelfMetrics::new().with_node_exporter_build_info(config.node_exporter_build_info),
+    );
     for name in &config.collectors {
         let spec = collectors::find(name).expect("collector names come from the registry");
         scraper.add(spec.name, (spec.build)(&config.settings));

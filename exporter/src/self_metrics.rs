@@ -1,5 +1,7 @@
 //! The daemon's own metrics: `process_*` (as Prometheus client libraries
-//! name them) and `usescope_build_info`. These always read the real
+//! name them), `usescope_build_info` and, unless
+//! `--no-compat.node-exporter-build-info`, `node_exporter_build_info`
+//! (see [`NODE_EXPORTER_BUILD_INFO`]). These always read the real
 //! `/proc/self`, never `--path.procfs`: they describe this process.
 
 use std::fs::File;
@@ -40,7 +42,37 @@ const BUILD_INFO: Desc = Desc::gauge(
     "A metric with a constant '1' value labeled by version, revision and rustversion from which usescope was built.",
 );
 
+/// node_exporter's build info (client_golang's version collector), which
+/// the node mixin's "USE Method / Node" dashboard lists its `$instance`
+/// variable from: without it that dashboard shows no hosts. usescope fills
+/// node_exporter's label set with its own build: `version` and `revision`
+/// are usescope's, `branch` the git branch it was built from, `goversion`
+/// the compiler (`rustc1.95.0`, in Go's `go1.x` shape), `goos`/`goarch` in
+/// Go's spelling, and `tags` is `usescope`, which tells the two apart in a
+/// query without adding a label node_exporter does not have.
+/// docs/collectors/system.md explains the default.
+const NODE_EXPORTER_BUILD_INFO: Desc = Desc::gauge(
+    "node_exporter_build_info",
+    "A metric with a constant '1' value labeled by version, revision, branch, goversion from which node_exporter was built, and the goos and goarch for the build.",
+);
+
+/// The running architecture as Go's GOARCH spells it.
+pub fn goarch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "x86" => "386",
+        "aarch64" => "arm64",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "loongarch64" => "loong64",
+        "mips64" if cfg!(target_endian = "little") => "mips64le",
+        "mips" if cfg!(target_endian = "little") => "mipsle",
+        other => other,
+    }
+}
+
 pub struct SelfMetrics {
+    /// Whether `node_exporter_build_info` is written.
+    node_exporter_build_info: bool,
     stat: SourceFile,
     fds: FdCounter,
     clk_tck: f64,
@@ -94,12 +126,19 @@ impl SelfMetrics {
             })
             .unwrap_or(0.0);
         SelfMetrics {
+            node_exporter_build_info: true,
             stat: SourceFile::new(Path::new("/proc"), "self/stat"),
             fds: FdCounter::open(),
             clk_tck,
             page_size,
             boot_time,
         }
+    }
+
+    /// Turns `node_exporter_build_info` on or off (on by default).
+    pub fn with_node_exporter_build_info(mut self, on: bool) -> SelfMetrics {
+        self.node_exporter_build_info = on;
+        self
     }
 
     pub fn write(&mut self, enc: &mut Encoder) {
@@ -138,6 +177,26 @@ impl SelfMetrics {
             ],
             1u64,
         );
+        if self.node_exporter_build_info {
+            let d = &NODE_EXPORTER_BUILD_INFO;
+            enc.family(d);
+            enc.sample(
+                d,
+                &[
+                    ("branch", env!("USESCOPE_GIT_BRANCH")),
+                    ("goarch", goarch()),
+                    ("goos", std::env::consts::OS),
+                    (
+                        "goversion",
+                        concat!("rustc", env!("USESCOPE_RUSTC_VERSION")),
+                    ),
+                    ("revision", env!("USESCOPE_GIT_REVISION")),
+                    ("tags", "usescope"),
+                    ("version", env!("CARGO_PKG_VERSION")),
+                ],
+                1u64,
+            );
+        }
     }
 }
 

@@ -91,6 +91,12 @@ pub struct SourceFile {
     attribute: bool,
     /// The budget slot a kept attribute descriptor holds.
     slot: Option<AttributeSlot>,
+    /// Whether a descriptor on procfs/sysfs is kept between reads.
+    keep: bool,
+    /// A sysfs attribute under a root known to be a real sysfs, read
+    /// without keeping a descriptor: opened without the file-type checks
+    /// and read with one `pread` (see [`SourceFile::unkept_attribute`]).
+    one_pread: bool,
 }
 
 /// Most attribute descriptors kept open at once, process-wide: 512, or an
@@ -168,6 +174,8 @@ impl SourceFile {
             skipped: Vec::new(),
             attribute: false,
             slot: None,
+            keep: true,
+            one_pread: false,
         }
     }
 
@@ -188,6 +196,8 @@ impl SourceFile {
             skipped: Vec::new(),
             attribute: true,
             slot: None,
+            keep: true,
+            one_pread: false,
         }
     }
 
@@ -201,6 +211,31 @@ impl SourceFile {
         SourceFile {
             chunk: 64,
             ..SourceFile::new(root, relative)
+        }
+    }
+
+    /// A small file reopened at every read, never keeping a descriptor:
+    /// for per-CPU attributes, where a kept descriptor for each of
+    /// thousands of files would cost more open files than it saves.
+    pub fn transient(root: &Path, relative: &str) -> SourceFile {
+        SourceFile {
+            keep: false,
+            ..SourceFile::small(root, relative)
+        }
+    }
+
+    /// A per-device sysfs attribute (cpuN/online, cpuN/topology/core_id)
+    /// read at every scrape without keeping a descriptor, as
+    /// [`SourceFile::transient`]. When `on_sysfs` (the root was checked
+    /// with [`is_sysfs`]) the read is three system calls, open, one
+    /// `pread` and close, instead of six: sysfs holds only regular files,
+    /// directories and links within itself, so the file-type checks have
+    /// nothing to catch, and an attribute (at most a page) comes whole in
+    /// one read, so a short read is the end.
+    pub fn unkept_attribute(root: &Path, relative: &str, on_sysfs: bool) -> SourceFile {
+        SourceFile {
+            one_pread: on_sysfs,
+            ..SourceFile::transient(root, relative)
         }
     }
 
@@ -330,13 +365,35 @@ impl SourceFile {
                 }
             }
         }
+        if self.one_pread {
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+                .open(&self.path)?;
+            const PAGE: usize = 4096;
+            if self.buf.len() < PAGE {
+                self.buf.resize(PAGE, 0);
+            }
+            let n = loop {
+                match f.read_at(&mut self.buf[..PAGE], 0) {
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    r => break r?,
+                }
+            };
+            self.len = if n < PAGE {
+                n
+            } else {
+                read_all_at(&f, &mut self.buf, usize::MAX, false)?
+            };
+            return Ok(());
+        }
         let f = open_regular(&self.path)?;
         let read = read_all_at(&f, &mut self.buf, self.chunk, self.attribute);
         let keep = match &read {
             Ok(_) => true,
             Err(e) => self.attribute && attribute_unavailable(e),
         };
-        if keep && is_kernel_fs(&f) {
+        if keep && self.keep && is_kernel_fs(&f) {
             if !self.attribute {
                 self.kept = Some(f);
             } else if let Some(slot) = AttributeSlot::acquire() {
@@ -557,6 +614,122 @@ fn read_all_at(
                     MAX_FILE_BYTES >> 20
                 ),
             ));
+        }
+    }
+}
+
+/// A directory listed at scrape time (`/proc`, `/sys/devices/system/cpu`):
+/// `getdents64` into a reused buffer, names handed to a callback, so a
+/// listing allocates nothing. As with [`SourceFile`], the descriptor is
+/// kept (and rewound) on procfs/sysfs and reopened elsewhere.
+pub struct Dir {
+    path: PathBuf,
+    kept: Option<File>,
+    buf: Vec<u8>,
+}
+
+impl Dir {
+    pub fn new(root: &Path, relative: &str) -> Dir {
+        Dir {
+            path: root.join(relative),
+            kept: None,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Calls `each` with every entry's name but `.` and `..` (names that
+    /// are not UTF-8 are skipped). `Ok(false)`: the directory is absent.
+    pub fn list(&mut self, each: impl FnMut(&str)) -> Result<bool, CollectError> {
+        let f = match self.kept.take() {
+            Some(f) => f,
+            None => match open_dir(&self.path) {
+                Ok(f) => f,
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                    return Ok(false);
+                }
+                Err(e) => return Err(CollectError::io(&self.path, e)),
+            },
+        };
+        use std::os::fd::AsRawFd;
+        list_fd(f.as_raw_fd(), &mut self.buf, each).map_err(|e| CollectError::io(&self.path, e))?;
+        if is_kernel_fs(&f) {
+            self.kept = Some(f);
+        }
+        Ok(true)
+    }
+}
+
+/// Whether `path` is on a real sysfs mount (statfs), for
+/// [`SourceFile::attribute`].
+pub fn is_sysfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is plain C data; all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct we own.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == SYSFS_MAGIC
+}
+
+/// Opens a directory for [`list_fd`].
+pub fn open_dir(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Lists the directory open at `fd` from its start, calling `each` with
+/// every name but `.` and `..`; `buf` is the reused getdents64 buffer.
+pub fn list_fd(
+    fd: std::os::fd::RawFd,
+    buf: &mut Vec<u8>,
+    mut each: impl FnMut(&str),
+) -> io::Result<()> {
+    if buf.len() < 16 << 10 {
+        buf.resize(16 << 10, 0);
+    }
+    // SAFETY: lseek on a descriptor the caller owns; directories on every
+    // Linux filesystem accept SEEK_SET 0 to restart the listing.
+    if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    loop {
+        // SAFETY: getdents64 writes at most buf.len() bytes into buf.
+        let got = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if got == 0 {
+            return Ok(());
+        }
+        let mut rest = &buf[..got as usize];
+        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
+        // d_type (1), then the NUL-terminated name.
+        while rest.len() > 19 {
+            let reclen = usize::from(u16::from_ne_bytes([rest[16], rest[17]]));
+            if reclen <= 19 || reclen > rest.len() {
+                break;
+            }
+            let name = &rest[19..reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if name != b"."
+                && name != b".."
+                && let Ok(n) = std::str::from_utf8(name)
+            {
+                each(n);
+            }
+            rest = &rest[reclen..];
         }
     }
 }

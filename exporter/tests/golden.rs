@@ -13,11 +13,16 @@ use common::{Daemon, fixture};
 
 /// Lines whose values depend on the running process, not on the fixture.
 /// Probe families are excluded: probes are off here, and their own tests
-/// cover them against the live kernel.
+/// cover them against the live kernel. The clock, the time zone and
+/// adjtimex(2) are the running host's (compat_system.rs checks them).
 fn stable(line: &str) -> bool {
     !(line.contains("process_")
         || line.contains("node_scrape_collector_duration_seconds")
         || line.contains("usescope_build_info")
+        || line.contains("node_exporter_build_info")
+        || line.contains("node_time_seconds")
+        || line.contains("node_time_zone_offset_seconds")
+        || line.contains("node_timex_")
         || line.contains("usescope_probe")
         || line.contains("usescope_bpf_"))
 }
@@ -27,6 +32,7 @@ fn scrape_fixture(tree: &Path, extra: &[&str]) -> String {
         format!("--path.procfs={}", tree.display()),
         format!("--path.sysfs={}", fixture("sys").display()),
         format!("--path.udev.data={}", fixture("udev").display()),
+        format!("--path.rootfs={}", fixture("rootfs").display()),
         "--collector.interrupts".to_string(),
         "--no-probe.runqlat".to_string(),
         "--no-probe.cachestat".to_string(),
@@ -102,7 +108,14 @@ fn openmetrics_golden() {
 
 #[test]
 fn large_host_every_collector_succeeds() {
-    let expo = scrape_fixture(&fixture("large"), &[]);
+    let off_by_default: Vec<String> = usescope::collectors::ALL
+        .iter()
+        .filter(|s| !s.default_enabled)
+        .map(|s| format!("--collector.{}", s.name))
+        .chain(["--collector.cpu.info".to_string()])
+        .collect();
+    let refs: Vec<&str> = off_by_default.iter().map(String::as_str).collect();
+    let expo = scrape_fixture(&fixture("large"), &refs);
     for spec in usescope::collectors::ALL {
         assert_eq!(
             common::sample(
@@ -119,6 +132,7 @@ fn large_host_every_collector_succeeds() {
     }
     let count = |prefix: &str| expo.lines().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("node_cpu_seconds_total{"), 256 * 8);
+    assert_eq!(count("node_cpu_info{"), 256);
     assert_eq!(count("node_softirqs_functions_total{"), 256 * 10);
     assert_eq!(count("node_disk_reads_completed_total{"), 1000);
     assert_eq!(count("node_softnet_processed_total{"), 256);

@@ -287,21 +287,19 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
 
 /// Seeds to mutate: the target's fixture files from every tree, plus the
 /// corpus seeds that are not fixture copies (e.g. /proc/self/stat samples).
-fn seeds(name: &str, fixtures: &[&str]) -> Vec<(String, Vec<u8>)> {
+fn seeds(name: &str, fixtures: &[String]) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
-    for tree in ["proc", "large", "sys"] {
-        for rel in fixtures {
-            let path = repo().join("exporter/tests/fixtures").join(tree).join(rel);
-            if let Ok(bytes) = fs::read(&path) {
-                out.push((format!("{tree}/{rel}"), bytes));
-            }
+    for rel in fixtures {
+        let path = repo().join("exporter/tests/fixtures").join(rel);
+        if let Ok(bytes) = fs::read(&path) {
+            out.push((rel.clone(), bytes));
         }
     }
     for path in files_in(&repo().join("fuzz/corpus").join(name)) {
         let file = path.file_name().unwrap_or_default().to_string_lossy();
-        let fixture_copy = file.starts_with("seed-proc-")
-            || file.starts_with("seed-large-")
-            || file.starts_with("seed-sys-");
+        let fixture_copy = ["seed-proc-", "seed-large-", "seed-sys-", "seed-rootfs-"]
+            .iter()
+            .any(|p| file.starts_with(p));
         if file.starts_with("seed-") && !fixture_copy {
             out.push((
                 format!("fuzz/corpus/{name}/{file}"),
@@ -321,7 +319,7 @@ fn replays(name: &str) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn run_all(name: &str, fixtures: &[&str], f: impl Fn(&[u8])) {
+fn run_all(name: &str, fixtures: &[String], f: impl Fn(&[u8])) {
     let seeds = seeds(name, fixtures);
     assert!(!seeds.is_empty(), "{name}: no seed input found");
     let mut cases = 0;

@@ -13,7 +13,7 @@
 use std::hint::black_box;
 use std::sync::OnceLock;
 
-use usescope::collectors::{self, Root};
+use usescope::collectors;
 use usescope::error::ParseError;
 use usescope::probes::btf;
 
@@ -21,17 +21,23 @@ use usescope::probes::btf;
 pub type Check = fn(&str) -> Result<(), ParseError>;
 
 /// A text parser's fuzz entry point. `name` also names its corpus
-/// directory (`fuzz/corpus/NAME`); `seeds` are fixture paths relative to
-/// a /proc root (`exporter/tests/fixtures/{proc,large}`) or, for sysfs
-/// sources, to `exporter/tests/fixtures/sys`.
+/// directory (`fuzz/corpus/NAME`); `seeds` are fixture files relative to
+/// `exporter/tests/fixtures` (`proc/stat`, `large/stat`, `sys/…`,
+/// `rootfs/…`: each source in every fixture tree of its root).
 pub struct Target {
     pub name: &'static str,
     pub check: Check,
-    pub seeds: Vec<&'static str>,
+    pub seeds: Vec<String>,
 }
 
-/// Parsers that are not a collector's, so not in the registry.
-const EXTRA: &[(&str, Check)] = &[("self_stat", self_stat)];
+/// Parsers that are not a collector's file, so not in the registry:
+/// /proc/self/stat for the process metrics, and the `field=value` text form
+/// of adjtimex(2)'s struct, which drives arbitrary structs through the
+/// timex collector's pure `derive` (see collectors/timex.rs).
+const EXTRA: &[(&str, Check)] = &[
+    ("self_stat", self_stat),
+    ("timex", collectors::timex::check),
+];
 
 /// Every text target: the registry's parsers, then [`EXTRA`].
 pub fn text_targets() -> Vec<Target> {
@@ -43,13 +49,11 @@ pub fn text_targets() -> Vec<Target> {
                 .sources
                 .iter()
                 .filter(|s| s.parser == p.name)
-                .map(|s| match s.root {
-                    Root::Procfs => s.path,
-                    // Relative to a /proc fixture root, like the others:
-                    // `../sys/class/...` from exporter/tests/fixtures/proc.
-                    other => &*Box::leak(
-                        format!("../{}/{}", other.fixture_trees()[0], s.path).into_boxed_str(),
-                    ),
+                .flat_map(|s| {
+                    s.root
+                        .fixture_trees()
+                        .iter()
+                        .map(move |tree| format!("{tree}/{}", s.path))
                 })
                 .collect(),
         })

@@ -36,6 +36,7 @@ macro_rules! registry {
 }
 
 registry! {
+    cpu,
     stat,
     softirqs,
     loadavg,
@@ -59,6 +60,11 @@ registry! {
     uname,
     filefd,
     entropy,
+    kernel_hung,
+    time,
+    timex,
+    os,
+    processes,
     hwmon,
     thermal_zone,
     edac,
@@ -112,16 +118,20 @@ pub enum Root {
     Textfile,
     /// `--path.udev.data`; fixtures in exporter/tests/fixtures/udev.
     Udev,
+    /// `--path.rootfs` (os-release); fixtures in exporter/tests/fixtures/rootfs.
+    Rootfs,
 }
 
 impl Root {
-    /// The fixture trees (under exporter/tests/fixtures) for this root.
+    /// The fixture trees (under exporter/tests/fixtures) that hold this
+    /// root's files, in the order a source's fixture is looked up.
     pub fn fixture_trees(self) -> &'static [&'static str] {
         match self {
             Root::Procfs => &["proc", "large"],
             Root::Sysfs => &["sys"],
             Root::Textfile => &["textfile"],
             Root::Udev => &["udev"],
+            Root::Rootfs => &["rootfs"],
         }
     }
 }
@@ -133,6 +143,10 @@ pub struct Source {
     pub path: &'static str,
     /// The [`Parser::name`] (of the same spec) that reads it.
     pub parser: &'static str,
+    /// A [`FlagKind::Bool`] flag of the same spec without which the
+    /// collector does not read this file (`collector.cpu.info` for
+    /// /proc/cpuinfo). Tests that corrupt the file switch it on.
+    pub read_with: Option<&'static str>,
 }
 
 impl Source {
@@ -142,17 +156,33 @@ impl Source {
             root: Root::Procfs,
             path,
             parser,
+            read_with: None,
         }
     }
 
-    /// A file under `--path.sysfs`. A per-device attribute names one
-    /// device of the fixture tree (`class/net/eth0/mtu`): the collector
-    /// reads the same file of every device.
+    /// A file under `--path.sysfs`. A file that exists once per device
+    /// (`cpuN`, `class/net/eth0/mtu`) is declared by one device of the
+    /// fixture tree: the collector reads the same file of every device.
     pub const fn sys(path: &'static str, parser: &'static str) -> Source {
         Source {
             root: Root::Sysfs,
-            path,
-            parser,
+            ..Source::proc(path, parser)
+        }
+    }
+
+    /// A file under `--path.rootfs`.
+    pub const fn rootfs(path: &'static str, parser: &'static str) -> Source {
+        Source {
+            root: Root::Rootfs,
+            ..Source::proc(path, parser)
+        }
+    }
+
+    /// Read only while the Bool flag `flag` is on.
+    pub const fn read_with(self, flag: &'static str) -> Source {
+        Source {
+            read_with: Some(flag),
+            ..self
         }
     }
 
@@ -160,8 +190,7 @@ impl Source {
     pub const fn udev(path: &'static str, parser: &'static str) -> Source {
         Source {
             root: Root::Udev,
-            path,
-            parser,
+            ..Source::proc(path, parser)
         }
     }
 
@@ -169,8 +198,7 @@ impl Source {
     pub const fn textfile(path: &'static str, parser: &'static str) -> Source {
         Source {
             root: Root::Textfile,
-            path,
-            parser,
+            ..Source::proc(path, parser)
         }
     }
 }
@@ -278,6 +306,8 @@ pub struct Settings {
     /// `--path.udev.data`; `None` (the default here, so tests do not see
     /// the host's database) reads no udev data.
     pub udev: Option<PathBuf>,
+    /// `--path.rootfs`, the host's `/` (os-release); `/` unless set.
+    pub rootfs: PathBuf,
     /// Flag name → value, for every registered flag that has a value.
     flags: Vec<(&'static str, FlagValue)>,
 }
@@ -289,6 +319,7 @@ impl Settings {
             procfs: procfs.into(),
             sysfs: sysfs.into(),
             udev: None,
+            rootfs: PathBuf::from("/"),
             flags: Vec::new(),
         };
         for flag in ALL.iter().flat_map(|spec| spec.flags) {
@@ -420,6 +451,17 @@ mod registry_tests {
                     spec.name
                 );
                 assert!(!s.path.starts_with('/'), "{}: relative paths", s.path);
+                if let Some(flag) = s.read_with {
+                    assert!(
+                        spec.flags
+                            .iter()
+                            .any(|f| f.name == flag && f.kind == FlagKind::Bool),
+                        "{}: {} is read with --{flag}, not a Bool flag of {}",
+                        spec.name,
+                        s.path,
+                        spec.name
+                    );
+                }
             }
             let prefix = format!("collector.{}.", spec.name);
             for f in spec.flags {
@@ -681,8 +723,9 @@ mod registry_tests {
                 Root::Procfs => root.join(s.path),
                 Root::Sysfs => sys.join(s.path),
                 // Read through their own settings (a textfile directory,
-                // the udev database): covered by their collectors' tests.
-                Root::Textfile | Root::Udev => unreachable!("filtered out below"),
+                // the udev database, os-release): their collectors' tests
+                // and the malformed test cover them.
+                Root::Textfile | Root::Udev | Root::Rootfs => unreachable!("filtered out below"),
             };
             let files_under_proc_or_sys = || {
                 spec.sources
@@ -697,7 +740,12 @@ mod registry_tests {
                     std::fs::copy(f, under(s)).unwrap();
                 }
             }
-            let mut c = (spec.build)(&Settings::with_roots(&root, &sys));
+            let mut settings = Settings::with_roots(&root, &sys);
+            settings.rootfs = fixture("rootfs");
+            for flag in spec.sources.iter().filter_map(|s| s.read_with) {
+                settings.set(flag, Some(FlagValue::Bool(true)));
+            }
+            let mut c = (spec.build)(&settings);
             let mut buf = Vec::new();
             for s in files_under_proc_or_sys() {
                 let parser = spec.parsers.iter().find(|p| p.name == s.parser).unwrap();
