@@ -230,7 +230,10 @@ const NO_PROBES: &[&str] = &[
 /// Collectors that, as node_exporter does, skip one unreadable sensor or
 /// namespace attribute and report the rest: a corrupted attribute costs
 /// its series, not the collector (their unit tests check which).
-const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme"];
+/// cpu: node_exporter skips an unreadable throttle count too, and a
+/// CPU's topology is read once and kept, so a later corruption of it is
+/// not seen (docs/collectors/system.md).
+const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme", "cpu"];
 
 /// The sysfs copy that goes with a procfs copy: `TREE-sys`.
 fn sys_of(tree: &Path) -> PathBuf {
