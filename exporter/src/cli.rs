@@ -121,6 +121,12 @@ pub fn command() -> Command {
                 .help("sysfs mountpoint"),
         )
         .arg(
+            Arg::new("path.rootfs")
+                .long("path.rootfs")
+                .default_value("/")
+                .help("rootfs mountpoint: where the host's / is mounted when running in a container (e.g. /host); the filesystem collector stats mount points under it and strips it from their label"),
+        )
+        .arg(
             Arg::new("collector.disable-defaults")
                 .long("collector.disable-defaults")
                 .action(ArgAction::SetTrue)
@@ -223,6 +229,7 @@ where
         .map(|c| c.name)
         .collect();
     let mut settings = Settings::with_roots(s("path.procfs"), s("path.sysfs"));
+    settings.rootfs = s("path.rootfs").into();
     for flag in collectors::ALL.iter().flat_map(|spec| spec.flags) {
         settings.set(flag.name, m.get_one::<FlagValue>(flag.name).cloned());
     }

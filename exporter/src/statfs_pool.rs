@@ -1,0 +1,393 @@
+//! statfs(2) off the scrape path, for the filesystem collector.
+//!
+//! A statfs() on a mount whose server is gone (a dead NFS server, a stopped
+//! FUSE daemon) does not return, and no signal short of killing the process
+//! ends it. So the calls run on a few threads of their own, and a scrape
+//! waits for their answers for at most `--collector.filesystem.mount-timeout`:
+//!
+//! - `--collector.filesystem.stat-workers` threads (node_exporter's default
+//!   4) take the calls from a queue; they are started on the first scrape
+//!   and then wait for work between scrapes.
+//! - A call that takes longer than [`slow_after`] (a tenth of the timeout,
+//!   at most 100 ms) no longer counts as a worker: while calls are queued,
+//!   the scrape starts another thread in its place, so a few hanging mounts
+//!   cannot starve the healthy ones behind them.
+//! - A mount whose call is still running when the scrape's deadline comes
+//!   is reported as timed out, and while that call is in flight no new call
+//!   is made on the mount: later scrapes report it timed out at once, as
+//!   node_exporter's stuck-mount list does. When the call finally returns,
+//!   its thread logs it, and the next scrape calls statfs again.
+//! - Threads are bounded: at most `stat-workers` + [`MAX_STUCK_THREADS`].
+//!   When all of them sit in calls that did not answer by an earlier
+//!   deadline, nothing more can be called; the mounts still queued are
+//!   reported at once as [`Outcome::Saturated`] instead of waiting, until a
+//!   stuck call returns and frees its thread. A host with a thousand hung
+//!   mounts therefore costs 36 threads (64 KiB of stack each), not a
+//!   thousand.
+//!
+//! A thread blocked in a hung call cannot be reclaimed; it ends when the
+//! call returns or the process exits (a stopped FUSE server's requests wait
+//! killably, so exit is prompt; see tests/filesystem_hung.rs).
+
+use std::collections::VecDeque;
+use std::ffi::CStr;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Threads that may sit in slow or stuck calls beyond the workers.
+pub const MAX_STUCK_THREADS: usize = 32;
+
+/// Stack of a statfs thread: it runs one system call and a channel send.
+const STACK_BYTES: usize = 64 * 1024;
+
+/// What statfs() said about one mount point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stats {
+    /// `f_bsize`: node_exporter multiplies the block counts by it.
+    pub bsize: i64,
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+}
+
+/// One mount point's result in one scrape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Outcome {
+    /// Not asked (yet).
+    Pending,
+    Stats(Stats),
+    /// statfs() failed with this errno.
+    Error(i32),
+    /// The call did not return by the deadline, or an earlier call on the
+    /// same mount point is still in flight.
+    Timeout,
+    /// Every thread the bound allows is stuck in an earlier call, so this
+    /// mount point was not asked.
+    Saturated,
+}
+
+struct Job {
+    scrape: u64,
+    index: usize,
+    path: Arc<CStr>,
+}
+
+/// A call in flight.
+struct Call {
+    id: u64,
+    path: Arc<CStr>,
+    started: Instant,
+    scrape: u64,
+}
+
+struct Done {
+    scrape: u64,
+    index: usize,
+    result: Result<Stats, i32>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    /// Every statfs thread alive: idle, calling, or stuck.
+    threads: usize,
+    idle: usize,
+    calls: Vec<Call>,
+    next_call: u64,
+    closed: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    work: Condvar,
+    workers: usize,
+    timeout: Duration,
+}
+
+pub struct StatfsPool {
+    shared: Arc<Shared>,
+    done_tx: Sender<Done>,
+    done_rx: Receiver<Done>,
+    max_threads: usize,
+    scrape: u64,
+    /// Whether the last scrape found the pool saturated (logged once).
+    saturated: bool,
+}
+
+/// How long a call may take before its thread stops counting as a worker.
+pub fn slow_after(timeout: Duration) -> Duration {
+    (timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(100))
+}
+
+impl StatfsPool {
+    /// `workers` threads (at least one), each call given `timeout`. No
+    /// thread is started until the first call.
+    pub fn new(workers: usize, timeout: Duration) -> StatfsPool {
+        let workers = workers.max(1);
+        let (done_tx, done_rx) = channel();
+        StatfsPool {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                work: Condvar::new(),
+                workers,
+                timeout,
+            }),
+            done_tx,
+            done_rx,
+            max_threads: workers + MAX_STUCK_THREADS,
+            scrape: 0,
+            saturated: false,
+        }
+    }
+
+    /// Calls statfs on `paths[i]` for each `i` in `order` and writes
+    /// `out[i]`; `out` is resized to `paths.len()`, and entries not in
+    /// `order` stay [`Outcome::Pending`]. Returns within the timeout.
+    pub fn stat_all(&mut self, paths: &[Arc<CStr>], order: &[usize], out: &mut Vec<Outcome>) {
+        self.scrape += 1;
+        let scrape = self.scrape;
+        let start = Instant::now();
+        let deadline = start + self.shared.timeout;
+        out.clear();
+        out.resize(paths.len(), Outcome::Pending);
+        let mut pending = 0usize;
+        {
+            let mut st = lock(&self.shared.state);
+            for &i in order {
+                let path = &paths[i];
+                // Never a second call on a mount point whose last one has
+                // not returned: it would only hang another thread.
+                if st.calls.iter().any(|c| c.path == *path) {
+                    out[i] = Outcome::Timeout;
+                } else {
+                    st.queue.push_back(Job {
+                        scrape,
+                        index: i,
+                        path: path.clone(),
+                    });
+                    pending += 1;
+                }
+            }
+        }
+        let slow = slow_after(self.shared.timeout);
+        let mut saturated = false;
+        while pending > 0 {
+            if self.top_up(scrape, slow) {
+                saturated = true;
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            match self.done_rx.recv_timeout((deadline - now).min(slow)) {
+                Ok(d) if d.scrape == scrape => {
+                    if let Some(o) = out.get_mut(d.index) {
+                        *o = match d.result {
+                            Ok(s) => Outcome::Stats(s),
+                            Err(e) => Outcome::Error(e),
+                        };
+                    }
+                    pending -= 1;
+                }
+                // A late answer to an earlier scrape's call.
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        if pending > 0 {
+            // What is still queued is not called any more; what a thread has
+            // taken is reported timed out, and its thread, if the call hangs,
+            // is the one the next scrape skips the mount for.
+            let mut st = lock(&self.shared.state);
+            st.queue.retain(|j| j.scrape != scrape);
+            // Answers that came in since the last receive still count.
+            while let Ok(d) = self.done_rx.try_recv() {
+                if d.scrape == scrape
+                    && let Some(o) = out.get_mut(d.index)
+                {
+                    *o = match d.result {
+                        Ok(s) => Outcome::Stats(s),
+                        Err(e) => Outcome::Error(e),
+                    };
+                }
+            }
+            for &i in order {
+                if out[i] == Outcome::Pending {
+                    let called = st.calls.iter().any(|c| c.path == paths[i]);
+                    out[i] = if saturated && !called {
+                        Outcome::Saturated
+                    } else {
+                        Outcome::Timeout
+                    };
+                }
+            }
+        }
+        if saturated != self.saturated {
+            if saturated {
+                tracing::warn!(
+                    threads = self.max_threads,
+                    "every statfs thread is stuck in a mount that does not answer; \
+                     other mount points are reported with device_error 1 until one returns"
+                );
+            } else {
+                tracing::info!("statfs threads available again");
+            }
+            self.saturated = saturated;
+        }
+    }
+
+    /// Starts threads while calls are queued and fewer than `workers`
+    /// threads are free or in a call younger than `slow`, within the bound.
+    /// Returns true when nothing queued can ever run in this scrape: every
+    /// thread the bound allows is in a call from an earlier scrape or older
+    /// than the timeout.
+    fn top_up(&self, scrape: u64, slow: Duration) -> bool {
+        let mut st = lock(&self.shared.state);
+        if st.queue.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        let mut fresh = 0;
+        let mut stuck = 0;
+        for c in &st.calls {
+            let age = now.saturating_duration_since(c.started);
+            if age < slow {
+                fresh += 1;
+            }
+            if c.scrape != scrape || age >= self.shared.timeout {
+                stuck += 1;
+            }
+        }
+        let mut available = st.idle + fresh;
+        while available < self.shared.workers
+            && st.queue.len() > st.idle
+            && st.threads < self.max_threads
+        {
+            if !self.spawn() {
+                break;
+            }
+            st.threads += 1;
+            st.idle += 1; // counted until it takes a job
+            available += 1;
+        }
+        if available > 0 {
+            self.shared.work.notify_all();
+        }
+        st.idle == 0 && fresh == 0 && st.threads >= self.max_threads && stuck == st.calls.len()
+    }
+
+    fn spawn(&self) -> bool {
+        let shared = self.shared.clone();
+        let tx = self.done_tx.clone();
+        std::thread::Builder::new()
+            .name("statfs".into())
+            .stack_size(STACK_BYTES)
+            .spawn(move || worker(&shared, &tx))
+            .map_err(|e| tracing::warn!(error = %e, "could not start a statfs thread"))
+            .is_ok()
+    }
+
+    /// Threads alive and calls in flight, for tests and logs.
+    pub fn threads_and_calls(&self) -> (usize, usize) {
+        let st = lock(&self.shared.state);
+        (st.threads, st.calls.len())
+    }
+}
+
+impl Drop for StatfsPool {
+    /// Idle threads exit; a thread in a call exits when the call returns.
+    /// Nothing waits for them.
+    fn drop(&mut self) {
+        lock(&self.shared.state).closed = true;
+        self.shared.work.notify_all();
+    }
+}
+
+fn worker(shared: &Shared, tx: &Sender<Done>) {
+    let mut st = lock(&shared.state);
+    // The spawner counted this thread as idle until it takes a job.
+    loop {
+        if st.closed {
+            st.idle -= 1;
+            st.threads -= 1;
+            return;
+        }
+        let Some(job) = st.queue.pop_front() else {
+            st = shared
+                .work
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
+            continue;
+        };
+        st.idle -= 1;
+        let id = st.next_call;
+        st.next_call += 1;
+        let started = Instant::now();
+        st.calls.push(Call {
+            id,
+            path: job.path.clone(),
+            started,
+            scrape: job.scrape,
+        });
+        drop(st);
+        let result = statfs(&job.path);
+        let took = started.elapsed();
+        st = lock(&shared.state);
+        if let Some(at) = st.calls.iter().position(|c| c.id == id) {
+            st.calls.swap_remove(at);
+        }
+        if took >= shared.timeout {
+            tracing::info!(
+                path = %job.path.to_string_lossy(),
+                seconds = took.as_secs_f64(),
+                "statfs returned after the mount timeout; the mount point is stat'ed again from the next scrape"
+            );
+        }
+        let _ = tx.send(Done {
+            scrape: job.scrape,
+            index: job.index,
+            result,
+        });
+        // Threads started in place of stuck ones leave once they are not
+        // needed; `workers` stay.
+        if st.threads > shared.workers || st.closed {
+            st.threads -= 1;
+            return;
+        }
+        st.idle += 1;
+    }
+}
+
+/// statfs(2), retried on EINTR; the error is the errno.
+pub fn statfs(path: &CStr) -> Result<Stats, i32> {
+    loop {
+        let mut buf = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+        // SAFETY: a NUL-terminated path and a buffer of the right type.
+        let r = unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) };
+        if r == 0 {
+            // SAFETY: statfs filled it (and it was zeroed before).
+            let s = unsafe { buf.assume_init() };
+            return Ok(Stats {
+                bsize: s.f_bsize as i64,
+                blocks: s.f_blocks as u64,
+                bfree: s.f_bfree as u64,
+                bavail: s.f_bavail as u64,
+                files: s.f_files as u64,
+                ffree: s.f_ffree as u64,
+            });
+        }
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// The pool's lock is never held across a system call.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
