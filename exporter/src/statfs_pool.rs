@@ -100,11 +100,15 @@ struct State {
     closed: bool,
 }
 
+/// What a thread calls: [`statfs`], or a stand-in in tests.
+pub type CallFn = fn(&CStr) -> Result<Stats, i32>;
+
 struct Shared {
     state: Mutex<State>,
     work: Condvar,
     workers: usize,
     timeout: Duration,
+    call: CallFn,
 }
 
 pub struct StatfsPool {
@@ -126,6 +130,11 @@ impl StatfsPool {
     /// `workers` threads (at least one), each call given `timeout`. No
     /// thread is started until the first call.
     pub fn new(workers: usize, timeout: Duration) -> StatfsPool {
+        StatfsPool::with_call(workers, timeout, statfs)
+    }
+
+    /// A pool whose threads run `call` instead of statfs (tests).
+    pub fn with_call(workers: usize, timeout: Duration, call: CallFn) -> StatfsPool {
         let workers = workers.max(1);
         let (done_tx, done_rx) = channel();
         StatfsPool {
@@ -134,6 +143,7 @@ impl StatfsPool {
                 work: Condvar::new(),
                 workers,
                 timeout,
+                call,
             }),
             done_tx,
             done_rx,
@@ -334,7 +344,7 @@ fn worker(shared: &Shared, tx: &Sender<Done>) {
             scrape: job.scrape,
         });
         drop(st);
-        let result = statfs(&job.path);
+        let result = (shared.call)(&job.path);
         let took = started.elapsed();
         st = lock(&shared.state);
         if let Some(at) = st.calls.iter().position(|c| c.id == id) {
@@ -352,9 +362,9 @@ fn worker(shared: &Shared, tx: &Sender<Done>) {
             index: job.index,
             result,
         });
-        // Threads started in place of stuck ones leave once they are not
-        // needed; `workers` stay.
-        if st.threads > shared.workers || st.closed {
+        // `workers` threads outside a call stay; threads started in place
+        // of hung calls leave once those return.
+        if st.threads - st.calls.len() > shared.workers || st.closed {
             st.threads -= 1;
             return;
         }
@@ -390,4 +400,186 @@ pub fn statfs(path: &CStr) -> Result<Stats, i32> {
 /// The pool's lock is never held across a system call.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    /// Released hang groups: a path `/hang-G/...` blocks until `G` is here.
+    static RELEASED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    static RELEASE: Condvar = Condvar::new();
+
+    const HEALTHY: Stats = Stats {
+        bsize: 4096,
+        blocks: 10,
+        bfree: 5,
+        bavail: 4,
+        files: 100,
+        ffree: 50,
+    };
+
+    /// A statfs that answers at once, except on `/hang-G/...` paths, which
+    /// block until group G is released, and `/enoent/...`.
+    fn fake(path: &CStr) -> Result<Stats, i32> {
+        let p = path.to_str().unwrap();
+        if p.starts_with("/enoent/") {
+            return Err(libc::ENOENT);
+        }
+        if let Some(rest) = p.strip_prefix("/hang-") {
+            let group = rest.split('/').next().unwrap().to_string();
+            let mut released = lock(&RELEASED);
+            while !released.contains(&group) {
+                released = RELEASE.wait(released).unwrap();
+            }
+            return Err(libc::EIO);
+        }
+        Ok(HEALTHY)
+    }
+
+    fn release(group: &str) {
+        lock(&RELEASED).push(group.to_string());
+        RELEASE.notify_all();
+    }
+
+    fn paths(list: &[String]) -> Vec<Arc<CStr>> {
+        list.iter()
+            .map(|p| Arc::from(CString::new(p.as_str()).unwrap()))
+            .collect()
+    }
+
+    fn all(n: usize) -> Vec<usize> {
+        (0..n).collect()
+    }
+
+    /// Waits until the pool is back to `threads` threads and no calls.
+    fn settles(pool: &StatfsPool, threads: usize) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while pool.threads_and_calls() != (threads, 0) {
+            assert!(
+                Instant::now() < end,
+                "pool did not settle: {:?}",
+                pool.threads_and_calls()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn answers_errors_and_lazy_threads() {
+        let mut pool = StatfsPool::with_call(4, Duration::from_secs(5), fake);
+        assert_eq!(pool.threads_and_calls(), (0, 0), "no thread before a call");
+        let p = paths(&["/a".into(), "/enoent/b".into(), "/c".into()]);
+        let mut out = Vec::new();
+        pool.stat_all(&p, &[0, 1], &mut out);
+        assert_eq!(
+            out,
+            [
+                Outcome::Stats(HEALTHY),
+                Outcome::Error(libc::ENOENT),
+                Outcome::Pending
+            ]
+        );
+        assert!(pool.threads_and_calls().0 <= 4);
+    }
+
+    /// A few hung mounts: the scrape answers at the deadline with every
+    /// healthy mount, the hung ones are skipped at once afterwards, and all
+    /// comes back when the calls return.
+    #[test]
+    fn hung_mounts_cost_the_timeout_once_then_nothing() {
+        let timeout = Duration::from_millis(300);
+        let mut pool = StatfsPool::with_call(2, timeout, fake);
+        // Hung mounts first: healthy ones must not starve behind them.
+        let mut list: Vec<String> = (0..6).map(|i| format!("/hang-few/{i}")).collect();
+        list.extend((0..5).map(|i| format!("/ok{i}")));
+        let p = paths(&list);
+        let mut out = Vec::new();
+        let t = Instant::now();
+        pool.stat_all(&p, &all(p.len()), &mut out);
+        let took = t.elapsed();
+        assert!(took >= timeout && took < timeout * 3, "{took:?}");
+        assert!(out[..6].iter().all(|o| *o == Outcome::Timeout), "{out:?}");
+        assert!(
+            out[6..].iter().all(|o| *o == Outcome::Stats(HEALTHY)),
+            "{out:?}"
+        );
+        let (threads, calls) = pool.threads_and_calls();
+        assert!(calls == 6 && threads <= 2 + 6, "{threads} threads, {calls} calls");
+        for _ in 0..3 {
+            let t = Instant::now();
+            pool.stat_all(&p, &all(p.len()), &mut out);
+            assert!(t.elapsed() < timeout / 2, "{:?}", t.elapsed());
+            assert!(out[..6].iter().all(|o| *o == Outcome::Timeout));
+            assert!(out[6..].iter().all(|o| *o == Outcome::Stats(HEALTHY)));
+            let (threads, calls) = pool.threads_and_calls();
+            assert_eq!(calls, 6, "no new call on a hung mount");
+            assert!(threads <= 2 + 6, "{threads} threads");
+        }
+        release("few");
+        settles(&pool, 2);
+        pool.stat_all(&p, &all(p.len()), &mut out);
+        assert!(out[..6].iter().all(|o| *o == Outcome::Error(libc::EIO)));
+    }
+
+    /// More hung mounts than the bound: threads stop at workers + 32, the
+    /// mounts nobody can call are reported at once, and the scrape after
+    /// does not wait.
+    #[test]
+    fn thread_bound_holds_with_many_hung_mounts() {
+        let timeout = Duration::from_millis(400);
+        let mut pool = StatfsPool::with_call(4, timeout, fake);
+        let mut list: Vec<String> = (0..100).map(|i| format!("/hang-many/{i}")).collect();
+        list.extend((0..3).map(|i| format!("/ok{i}")));
+        let p = paths(&list);
+        let mut out = Vec::new();
+        // Threads are added a few per tick while calls hang, so filling the
+        // bound may take more than one scrape on a loaded machine.
+        let max = 4 + MAX_STUCK_THREADS;
+        let mut took = Duration::ZERO;
+        for _ in 0..4 {
+            let t = Instant::now();
+            pool.stat_all(&p, &all(p.len()), &mut out);
+            took = t.elapsed();
+            assert!(took < timeout * 3, "{took:?}");
+            let (threads, calls) = pool.threads_and_calls();
+            assert!(threads <= max, "{threads} threads");
+            assert_eq!(calls, threads, "every thread is in a hung call");
+            if out.iter().any(|o| *o == Outcome::Saturated) {
+                break;
+            }
+            assert!(out.iter().all(|o| *o == Outcome::Timeout), "{out:?}");
+        }
+        assert!(took < timeout / 2, "saturated scrape waited {took:?}");
+        assert_eq!(pool.threads_and_calls().0, max);
+        let count = |want: Outcome| out.iter().filter(|o| **o == want).count();
+        assert_eq!(count(Outcome::Timeout), 36, "{out:?}");
+        assert_eq!(count(Outcome::Saturated), 103 - 36, "{out:?}");
+        release("many");
+        settles(&pool, 4);
+        pool.stat_all(&p, &all(p.len()), &mut out);
+        assert!(out[100..].iter().all(|o| *o == Outcome::Stats(HEALTHY)));
+    }
+
+    #[test]
+    fn idle_threads_leave_when_the_pool_is_dropped() {
+        let mut pool = StatfsPool::with_call(3, Duration::from_secs(1), fake);
+        let p = paths(&["/a".into(), "/b".into(), "/c".into(), "/d".into()]);
+        pool.stat_all(&p, &all(4), &mut Vec::new());
+        let shared = pool.shared.clone();
+        drop(pool);
+        let end = Instant::now() + Duration::from_secs(5);
+        while lock(&shared.state).threads > 0 {
+            assert!(Instant::now() < end, "threads did not leave");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn real_statfs() {
+        let s = statfs(c"/").unwrap();
+        assert!(s.blocks > 0 && s.bsize > 0);
+        assert_eq!(statfs(c"/nonexistent-usescope"), Err(libc::ENOENT));
+    }
 }

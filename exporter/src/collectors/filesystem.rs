@@ -679,3 +679,315 @@ pub fn errno_text(errno: i32) -> String {
         _ => msg.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::collectors::FlagValue;
+    use crate::collectors::test_support::{fixture, render};
+
+    const FIXTURE: &str = include_str!("../../tests/fixtures/proc/1/mountinfo");
+
+    fn parse(text: &str) -> Result<Vec<Mount<'_>>, ParseError> {
+        let mut out = Vec::new();
+        parse_into(text, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn parses_the_captured_table() {
+        let mounts = parse(FIXTURE).unwrap();
+        assert_eq!(mounts.len(), FIXTURE.lines().count());
+        let root = mounts.iter().find(|m| m.mount_point == "/").unwrap();
+        assert_eq!((root.major, root.minor), (254, 0));
+        assert_eq!((root.fs_type, root.source), ("ext4", "/dev/vda"));
+        assert_eq!(root.options, "rw,relatime");
+        assert!(root.super_options.starts_with("rw,"));
+        // A bind mount of a subdirectory: same device, its own root.
+        let netns = mounts.iter().find(|m| m.mount_point == "/run/netns").unwrap();
+        assert_eq!((netns.root, netns.source), ("/run/netns", "/dev/vda"));
+    }
+
+    #[test]
+    fn optional_fields_empty_source_and_escapes() {
+        let m = parse(
+            "36 35 98:0 /mnt1 /mnt\\0402 rw,noatime master:1 shared:7 propagate_from:3 - ext3 /dev/root rw,errors=continue\n\
+             40 1 0:50 / /srv/x rw - tmpfs  rw,size=4k\n",
+        )
+        .unwrap();
+        assert_eq!(
+            m[0],
+            Mount {
+                mount_id: 36,
+                parent_id: 35,
+                major: 98,
+                minor: 0,
+                root: "/mnt1",
+                mount_point: "/mnt\\0402",
+                options: "rw,noatime",
+                fs_type: "ext3",
+                source: "/dev/root",
+                super_options: "rw,errors=continue",
+            }
+        );
+        // `mount -t tmpfs "" /srv/x`: the source is an empty field.
+        assert_eq!((m[1].fs_type, m[1].source), ("tmpfs", ""));
+        assert_eq!(parse("").unwrap(), []);
+    }
+
+    #[test]
+    fn malformed_lines_name_line_and_field() {
+        let ok = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n";
+        let err = |s: &str| parse(s).unwrap_err();
+        let e = err(&format!("{ok}1 0 8:1 / / rw ext4 /dev/sda1 rw\n"));
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("9 fields"), "{e}");
+        let e = err("1 0 8:1 / / rw x - ext4 /dev/sda1 rw extra\n");
+        assert!(e.msg.contains("separator"), "{e}");
+        let e = err("x 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("mount ID"), "{e}");
+        let e = err("18446744073709551616 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("mount ID"), "{e}");
+        let e = err("1 0 8-1 / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("major:minor"), "{e}");
+        let e = err("1 0 8:x / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("minor"), "{e}");
+        // An empty line is not a mount (procfs fails on it too).
+        assert_eq!(err(&format!("{ok}\n{ok}")).line, 2);
+        // Two spaces make an empty field, as in procfs: here empty mount
+        // options and an optional field "rw".
+        let m = parse("1 0 8:1 / /  rw - ext4 /dev/sda1 rw\n").unwrap();
+        assert_eq!((m[0].options, m[0].fs_type), ("", "ext4"));
+    }
+
+    #[test]
+    fn labels_paths_and_options() {
+        assert_eq!(label_mount_point("/a\\040b\\011c\\134d\\012e"), "/a b\tc\\134d\\012e");
+        assert_eq!(unescape("/a\\040b\\011c\\134d\\012e"), b"/a b\tc\\d\ne");
+        assert_eq!(unescape("/a\\04"), b"/a\\04");
+        assert_eq!(unescape("/a\\400"), b"/a\\400");
+        assert!(has_option("rw,ro", "ro"));
+        assert!(has_option("ro=,x", "ro"));
+        assert!(!has_option("rw,errors=remount-ro", "ro"));
+        assert!(!has_option("ro,ro=1", "ro"), "the last one decides");
+        assert!(has_option("rw,emergency_ro", "emergency_ro"));
+        assert_eq!(clean(b"/host//a/./b/../c/"), b"/host/a/c");
+        assert_eq!(clean(b"/../x"), b"/x");
+        assert_eq!(clean(b"rel/../../x"), b"../x");
+        assert_eq!(clean(b""), b".");
+        let mut s = Settings::with_roots("/proc", "/sys");
+        let root = Rootfs::new(&s);
+        assert_eq!(root.strip("/boot"), "/boot");
+        assert_eq!(root.path_of("/a\\134b"), b"/a\\b");
+        s.rootfs = "/host".into();
+        let host = Rootfs::new(&s);
+        assert_eq!(host.strip("/host"), "/");
+        assert_eq!(host.strip("/host/boot"), "/boot");
+        assert_eq!(host.strip("/boot"), "/boot");
+        // node_exporter strips the bare string prefix, slash or not.
+        assert_eq!(host.strip("/hostile"), "ile");
+        assert_eq!(host.path_of("/host/boot"), b"/host/boot");
+        assert_eq!(host.path_of("/boot"), b"/host/boot");
+        assert_eq!(host.path_of("/"), b"/host");
+        assert_eq!(host.path_of("/host"), b"/host");
+    }
+
+    #[test]
+    fn errno_text_is_gos() {
+        assert_eq!(errno_text(libc::ENOENT), "no such file or directory");
+        assert_eq!(errno_text(libc::EACCES), "permission denied");
+        assert_eq!(errno_text(libc::EIO), "input/output error");
+        assert_eq!(errno_text(libc::ENOTCONN), "transport endpoint is not connected");
+        assert_eq!(errno_text(libc::ESTALE), "stale file handle");
+        assert_eq!(errno_text(libc::EDOTDOT), "RFS specific error");
+    }
+
+    /// A procfs root holding `1/mountinfo` (and `self/mountinfo` when
+    /// given), and a rootfs with the named directories; removed on drop.
+    struct Trees {
+        dir: tempfile::TempDir,
+    }
+
+    impl Trees {
+        fn new(one: Option<&str>, own: Option<&str>, dirs: &[&str]) -> Trees {
+            let dir = tempfile::tempdir().unwrap();
+            for (rel, text) in [("proc/1/mountinfo", one), ("proc/self/mountinfo", own)] {
+                if let Some(t) = text {
+                    let p = dir.path().join(rel);
+                    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                    std::fs::write(p, t).unwrap();
+                }
+            }
+            for d in dirs {
+                std::fs::create_dir_all(dir.path().join("root").join(d)).unwrap();
+            }
+            Trees { dir }
+        }
+
+        fn settings(&self) -> Settings {
+            let mut s = Settings::with_roots(self.dir.path().join("proc"), "/nonexistent");
+            s.rootfs = self.dir.path().join("root");
+            s
+        }
+    }
+
+    /// The samples of `family`, as `{labels} value` strings.
+    fn samples(out: &str, family: &str) -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(family)?.strip_prefix('{'))
+            .map(|l| format!("{{{l}"))
+            .collect()
+    }
+
+    const TABLE: &str = "\
+1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+2 1 0:5 / /proc rw - proc proc rw
+3 1 0:6 / /dev/shm rw - tmpfs tmpfs rw
+4 1 8:2 / /data rw - xfs /dev/sda2 rw
+5 1 8:2 / /data rw - xfs /dev/sda2 ro
+6 1 8:1 /srv /with\\040space ro,relatime - ext4 /dev/sda1 rw
+7 1 0:7 / /gone rw - tmpfs tmpfs rw
+8 1 0:8 / /cg rw - cgroup2 cgroup2 rw
+9 1 0:9 / /ro-sb rw - ext4 /dev/sdb rw,emergency_ro
+";
+
+    #[test]
+    fn collects_labels_filters_duplicates_and_errors() {
+        let t = Trees::new(Some(TABLE), None, &["data", "with space", "ro-sb"]);
+        let mut c = build(&t.settings());
+        let out = render(c.as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert_eq!(
+            errors,
+            [
+                "{device=\"/dev/sda1\",device_error=\"\",fstype=\"ext4\",mountpoint=\"/\"} 0",
+                "{device=\"/dev/sda2\",device_error=\"\",fstype=\"xfs\",mountpoint=\"/data\"} 0",
+                "{device=\"/dev/sda1\",device_error=\"\",fstype=\"ext4\",mountpoint=\"/with space\"} 0",
+                "{device=\"tmpfs\",device_error=\"no such file or directory\",fstype=\"tmpfs\",mountpoint=\"/gone\"} 1",
+                "{device=\"/dev/sdb\",device_error=\"\",fstype=\"ext4\",mountpoint=\"/ro-sb\"} 0",
+            ],
+            "/proc and /dev/shm excluded by mount point, cgroup2 by type, the second /data is a duplicate:\n{out}"
+        );
+        let ro: Vec<String> = samples(&out, "node_filesystem_readonly")
+            .iter()
+            .map(|s| s.rsplit(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(ro, ["0", "0", "1", "0", "1"]);
+        // statfs of the rootfs directories: the temporary directory's
+        // filesystem, whatever it is.
+        let want = crate::statfs_pool::statfs(
+            &CString::new(t.dir.path().join("root").as_os_str().as_bytes()).unwrap(),
+        )
+        .unwrap();
+        let size = samples(&out, "node_filesystem_size_bytes");
+        assert_eq!(size.len(), 4, "no size for the failed mount:\n{out}");
+        let expected = crate::exposition::Value::from(want.blocks as f64 * want.bsize as f64);
+        let mut buf = Vec::new();
+        if let crate::exposition::Value::F64(f) = expected {
+            crate::exposition::write_float(&mut buf, f);
+        }
+        let want_size = String::from_utf8(buf).unwrap();
+        assert!(size[1].ends_with(&format!(" {want_size}")), "{size:?} vs {want_size}");
+        assert_eq!(
+            samples(&out, "node_filesystem_mount_info")[1],
+            "{device=\"/dev/sda2\",major=\"8\",minor=\"2\",mountpoint=\"/data\"} 1"
+        );
+        assert_eq!(samples(&out, "node_filesystem_purgeable_bytes").len(), 4);
+        // Families in node_exporter's sorted order, each once.
+        let families: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let mut sorted = families.clone();
+        sorted.sort();
+        assert_eq!(families, sorted);
+        assert_eq!(families.len(), 9);
+    }
+
+    #[test]
+    fn rootfs_prefix_is_stripped_from_labels() {
+        // A container without the host's PID namespace sees the host's
+        // mounts under the rootfs path in its own table.
+        let t = Trees::new(None, None, &["boot"]);
+        let root = t.dir.path().join("root");
+        let table = format!(
+            "1 0 8:1 / {r} rw - ext4 /dev/sda1 rw\n2 1 8:2 / {r}/boot rw - ext4 /dev/sda2 rw\n3 1 8:3 / /boot rw - ext4 /dev/sda3 rw\n",
+            r = root.display()
+        );
+        std::fs::create_dir_all(t.dir.path().join("proc/1")).unwrap();
+        std::fs::write(t.dir.path().join("proc/1/mountinfo"), table).unwrap();
+        let out = render(build(&t.settings()).as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert_eq!(errors.len(), 3, "{out}");
+        assert!(errors[0].contains("mountpoint=\"/\"} 0"), "{errors:?}");
+        assert!(errors[1].contains("mountpoint=\"/boot\"} 0"), "{errors:?}");
+        // The host's own view (hostPID): /boot is stat'ed as ROOTFS/boot.
+        assert!(errors[2].contains("mountpoint=\"/boot\"} 0"), "{errors:?}");
+    }
+
+    #[test]
+    fn falls_back_to_self_when_pid_1_is_hidden() {
+        let own = "1 0 8:1 / / rw - ext4 /dev/own rw\n";
+        let t = Trees::new(None, Some(own), &[]);
+        let out = render(build(&t.settings()).as_mut()).unwrap();
+        assert!(out.contains("device=\"/dev/own\""), "{out}");
+        let t = Trees::new(Some("1 0 8:1 / / rw - ext4 /dev/init rw\n"), Some(own), &[]);
+        let out = render(build(&t.settings()).as_mut()).unwrap();
+        assert!(out.contains("device=\"/dev/init\"") && !out.contains("/dev/own"));
+        // Neither: an error naming the file, as node_exporter's.
+        let t = Trees::new(None, None, &[]);
+        let e = render(build(&t.settings()).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("1/mountinfo"), "{e}");
+        // A bad fallback names the fallback.
+        let t = Trees::new(None, Some("garbage\n"), &[]);
+        let e = render(build(&t.settings()).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("self/mountinfo") && e.line == Some(1), "{e}");
+    }
+
+    #[test]
+    fn include_flags_replace_the_excludes() {
+        let t = Trees::new(Some(TABLE), None, &["data"]);
+        let mut s = t.settings();
+        let re = |r: &str| Some(FlagValue::Regex(Regex::new(r).unwrap()));
+        s.set(MOUNT_POINTS_INCLUDE, re("^/(proc|data)$"));
+        s.set(FS_TYPES_INCLUDE, re("^(proc|xfs)$"));
+        let out = render(build(&s).as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert_eq!(errors.len(), 2, "{out}");
+        assert!(errors[0].contains("mountpoint=\"/proc\""));
+        assert!(errors[1].contains("mountpoint=\"/data\""));
+    }
+
+    #[test]
+    fn table_changes_are_seen_and_a_bad_table_fails() {
+        let t = Trees::new(Some(TABLE), None, &["data"]);
+        let mut c = build(&t.settings());
+        let first = render(c.as_mut()).unwrap();
+        assert!(first.contains("mountpoint=\"/data\""));
+        let path = t.dir.path().join("proc/1/mountinfo");
+        std::fs::write(&path, "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n").unwrap();
+        let second = render(c.as_mut()).unwrap();
+        assert!(!second.contains("/data"), "{second}");
+        std::fs::write(&path, "1 0 8:1 / / rw - ext4\n").unwrap();
+        let e = render(c.as_mut()).unwrap_err();
+        assert_eq!((e.file.as_path(), e.line), (path.as_path(), Some(1)));
+        std::fs::write(&path, TABLE).unwrap();
+        assert_eq!(render(c.as_mut()).unwrap(), first);
+    }
+
+    #[test]
+    fn captured_fixture_with_an_absent_rootfs() {
+        // What the golden test sees: every mount fails with ENOENT.
+        let mut s = Settings::with_roots(fixture("proc"), "/nonexistent");
+        s.rootfs = Path::new("/nonexistent/usescope-rootfs").into();
+        let out = render(build(&s).as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert!(!errors.is_empty());
+        assert!(errors.iter().all(|l| l.contains("no such file or directory") && l.ends_with(" 1")));
+        assert!(!out.contains("node_filesystem_size_bytes"));
+        assert!(!out.contains("mountpoint=\"/proc\""), "excluded by default");
+        assert!(!out.contains("fstype=\"nsfs\""), "excluded by default");
+    }
+}
