@@ -233,7 +233,11 @@ fn every_collector() -> Vec<String> {
 }
 
 fn start(tree: &Path, extra: &[&str]) -> Daemon {
-    let mut args = vec![format!("--path.procfs={}", tree.display())];
+    let mut args = vec![
+        format!("--path.procfs={}", tree.display()),
+        // The same filesystem output on every scrape (see ABSENT_ROOTFS).
+        format!("--path.rootfs={}", common::ABSENT_ROOTFS),
+    ];
     args.extend(NO_PROBES.iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();

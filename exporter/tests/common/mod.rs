@@ -20,6 +20,13 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A `--path.rootfs` that does not exist. Tests that run on a fixture
+/// procfs and compare scrapes pass it, so that the filesystem collector's
+/// statfs of the fixture's mount points fails the same way (ENOENT,
+/// `device_error` 1) everywhere, instead of reporting the free space of
+/// whatever machine runs the test, which changes from scrape to scrape.
+pub const ABSENT_ROOTFS: &str = "/nonexistent/usescope-test-rootfs";
+
 pub struct Daemon {
     pub child: Child,
     pub addr: SocketAddr,
