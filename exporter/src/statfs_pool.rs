@@ -31,14 +31,13 @@
 
 use std::collections::VecDeque;
 use std::ffi::CStr;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Threads that may sit in slow or stuck calls beyond the workers.
 pub const MAX_STUCK_THREADS: usize = 32;
 
-/// Stack of a statfs thread: it runs one system call and a channel send.
+/// Stack of a statfs thread: it runs one system call at a time.
 const STACK_BYTES: usize = 64 * 1024;
 
 /// What statfs() said about one mount point.
@@ -83,20 +82,20 @@ struct Call {
     scrape: u64,
 }
 
-struct Done {
-    scrape: u64,
-    index: usize,
-    result: Result<Stats, i32>,
-}
-
 #[derive(Default)]
 struct State {
     queue: VecDeque<Job>,
     /// Every statfs thread alive: idle, calling, or stuck.
     threads: usize,
+    /// Threads waiting for work (some may have been woken already).
     idle: usize,
     calls: Vec<Call>,
     next_call: u64,
+    /// The scrape in progress; answers to others are dropped.
+    scrape: u64,
+    /// Its answers, and how many are still to come.
+    answers: Vec<(usize, Result<Stats, i32>)>,
+    outstanding: usize,
     closed: bool,
 }
 
@@ -105,7 +104,10 @@ pub type CallFn = fn(&CStr) -> Result<Stats, i32>;
 
 struct Shared {
     state: Mutex<State>,
+    /// Workers wait here for jobs.
     work: Condvar,
+    /// The scrape waits here for the last answer.
+    answered: Condvar,
     workers: usize,
     timeout: Duration,
     call: CallFn,
@@ -113,10 +115,7 @@ struct Shared {
 
 pub struct StatfsPool {
     shared: Arc<Shared>,
-    done_tx: Sender<Done>,
-    done_rx: Receiver<Done>,
     max_threads: usize,
-    scrape: u64,
     /// Whether the last scrape found the pool saturated (logged once).
     saturated: bool,
 }
@@ -136,19 +135,16 @@ impl StatfsPool {
     /// A pool whose threads run `call` instead of statfs (tests).
     pub fn with_call(workers: usize, timeout: Duration, call: CallFn) -> StatfsPool {
         let workers = workers.max(1);
-        let (done_tx, done_rx) = channel();
         StatfsPool {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
+                answered: Condvar::new(),
                 workers,
                 timeout,
                 call,
             }),
-            done_tx,
-            done_rx,
             max_threads: workers + MAX_STUCK_THREADS,
-            scrape: 0,
             saturated: false,
         }
     }
@@ -156,36 +152,42 @@ impl StatfsPool {
     /// Calls statfs on `paths[i]` for each `i` in `order` and writes
     /// `out[i]`; `out` is resized to `paths.len()`, and entries not in
     /// `order` stay [`Outcome::Pending`]. Returns within the timeout.
+    ///
+    /// One thread is woken and works through the queue, so a scrape of
+    /// healthy mounts costs two wake-ups (there and back); more threads are
+    /// woken or started only while calls are slow.
     pub fn stat_all(&mut self, paths: &[Arc<CStr>], order: &[usize], out: &mut Vec<Outcome>) {
-        self.scrape += 1;
-        let scrape = self.scrape;
         let start = Instant::now();
         let deadline = start + self.shared.timeout;
+        let slow = slow_after(self.shared.timeout);
         out.clear();
         out.resize(paths.len(), Outcome::Pending);
-        let mut pending = 0usize;
-        {
-            let mut st = lock(&self.shared.state);
-            for &i in order {
-                let path = &paths[i];
-                // Never a second call on a mount point whose last one has
-                // not returned: it would only hang another thread.
-                if st.calls.iter().any(|c| c.path == *path) {
-                    out[i] = Outcome::Timeout;
-                } else {
-                    st.queue.push_back(Job {
-                        scrape,
-                        index: i,
-                        path: path.clone(),
-                    });
-                    pending += 1;
-                }
+        let mut st = lock(&self.shared.state);
+        st.scrape += 1;
+        let scrape = st.scrape;
+        st.answers.clear();
+        for &i in order {
+            let path = &paths[i];
+            // Never a second call on a mount point whose last one has not
+            // returned: it would only hang another thread.
+            if st.calls.iter().any(|c| c.path == *path) {
+                out[i] = Outcome::Timeout;
+            } else {
+                st.queue.push_back(Job {
+                    scrape,
+                    index: i,
+                    path: path.clone(),
+                });
+                st.outstanding += 1;
             }
         }
-        let slow = slow_after(self.shared.timeout);
         let mut saturated = false;
-        while pending > 0 {
-            if self.top_up(scrape, slow) {
+        let mut first = true;
+        while st.outstanding > 0 {
+            let (s, stop) = self.top_up(st, scrape, slow, first);
+            st = s;
+            first = false;
+            if stop {
                 saturated = true;
                 break;
             }
@@ -193,38 +195,25 @@ impl StatfsPool {
             if now >= deadline {
                 break;
             }
-            match self.done_rx.recv_timeout((deadline - now).min(slow)) {
-                Ok(d) if d.scrape == scrape => {
-                    if let Some(o) = out.get_mut(d.index) {
-                        *o = match d.result {
-                            Ok(s) => Outcome::Stats(s),
-                            Err(e) => Outcome::Error(e),
-                        };
-                    }
-                    pending -= 1;
-                }
-                // A late answer to an earlier scrape's call.
-                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
+            st = self
+                .shared
+                .answered
+                .wait_timeout(st, (deadline - now).min(slow))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        if pending > 0 {
-            // What is still queued is not called any more; what a thread has
-            // taken is reported timed out, and its thread, if the call hangs,
-            // is the one the next scrape skips the mount for.
-            let mut st = lock(&self.shared.state);
+        for (i, result) in st.answers.drain(..) {
+            out[i] = match result {
+                Ok(s) => Outcome::Stats(s),
+                Err(e) => Outcome::Error(e),
+            };
+        }
+        if st.outstanding > 0 {
+            // What is still queued is not called any more; what a thread
+            // has taken is reported timed out, and while the call hangs, the
+            // next scrapes skip the mount.
             st.queue.retain(|j| j.scrape != scrape);
-            // Answers that came in since the last receive still count.
-            while let Ok(d) = self.done_rx.try_recv() {
-                if d.scrape == scrape
-                    && let Some(o) = out.get_mut(d.index)
-                {
-                    *o = match d.result {
-                        Ok(s) => Outcome::Stats(s),
-                        Err(e) => Outcome::Error(e),
-                    };
-                }
-            }
+            st.outstanding = 0;
             for &i in order {
                 if out[i] == Outcome::Pending {
                     let called = st.calls.iter().any(|c| c.path == paths[i]);
@@ -236,6 +225,9 @@ impl StatfsPool {
                 }
             }
         }
+        // Late answers to this scrape are dropped from now on.
+        st.scrape += 1;
+        drop(st);
         if saturated != self.saturated {
             if saturated {
                 tracing::warn!(
@@ -250,15 +242,21 @@ impl StatfsPool {
         }
     }
 
-    /// Starts threads while calls are queued and fewer than `workers`
-    /// threads are free or in a call younger than `slow`, within the bound.
-    /// Returns true when nothing queued can ever run in this scrape: every
-    /// thread the bound allows is in a call from an earlier scrape or older
-    /// than the timeout.
-    fn top_up(&self, scrape: u64, slow: Duration) -> bool {
-        let mut st = lock(&self.shared.state);
+    /// Gets threads working on the queue: on the first call one, later
+    /// (once per `slow` tick) as many as it takes to have `workers` threads
+    /// that are not in a call older than `slow`, within the bound. Returns
+    /// true when nothing queued can run in this scrape: every thread the
+    /// bound allows is in a call from an earlier scrape or older than the
+    /// timeout.
+    fn top_up<'a>(
+        &self,
+        mut st: MutexGuard<'a, State>,
+        scrape: u64,
+        slow: Duration,
+        first: bool,
+    ) -> (MutexGuard<'a, State>, bool) {
         if st.queue.is_empty() {
-            return false;
+            return (st, false);
         }
         let now = Instant::now();
         let mut fresh = 0;
@@ -272,31 +270,31 @@ impl StatfsPool {
                 stuck += 1;
             }
         }
-        let mut available = st.idle + fresh;
-        while available < self.shared.workers
-            && st.queue.len() > st.idle
-            && st.threads < self.max_threads
-        {
-            if !self.spawn() {
+        let want = if first { 1 } else { self.shared.workers };
+        let mut working = fresh;
+        let mut woken = 0;
+        while working < want && woken < st.queue.len() {
+            if woken < st.idle {
+                self.shared.work.notify_one();
+            } else if st.threads < self.max_threads && self.spawn() {
+                st.threads += 1;
+                st.idle += 1; // until it takes a job
+            } else {
                 break;
             }
-            st.threads += 1;
-            st.idle += 1; // counted until it takes a job
-            available += 1;
+            woken += 1;
+            working += 1;
         }
-        if available > 0 {
-            self.shared.work.notify_all();
-        }
-        st.idle == 0 && fresh == 0 && st.threads >= self.max_threads && stuck == st.calls.len()
+        let stop = st.idle == 0 && fresh == 0 && st.threads >= self.max_threads && stuck == st.calls.len();
+        (st, stop)
     }
 
     fn spawn(&self) -> bool {
         let shared = self.shared.clone();
-        let tx = self.done_tx.clone();
         std::thread::Builder::new()
             .name("statfs".into())
             .stack_size(STACK_BYTES)
-            .spawn(move || worker(&shared, &tx))
+            .spawn(move || worker(&shared))
             .map_err(|e| tracing::warn!(error = %e, "could not start a statfs thread"))
             .is_ok()
     }
@@ -317,7 +315,7 @@ impl Drop for StatfsPool {
     }
 }
 
-fn worker(shared: &Shared, tx: &Sender<Done>) {
+fn worker(shared: &Shared) {
     let mut st = lock(&shared.state);
     // The spawner counted this thread as idle until it takes a job.
     loop {
@@ -327,10 +325,7 @@ fn worker(shared: &Shared, tx: &Sender<Done>) {
             return;
         }
         let Some(job) = st.queue.pop_front() else {
-            st = shared
-                .work
-                .wait(st)
-                .unwrap_or_else(|p| p.into_inner());
+            st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             continue;
         };
         st.idle -= 1;
@@ -357,11 +352,13 @@ fn worker(shared: &Shared, tx: &Sender<Done>) {
                 "statfs returned after the mount timeout; the mount point is stat'ed again from the next scrape"
             );
         }
-        let _ = tx.send(Done {
-            scrape: job.scrape,
-            index: job.index,
-            result,
-        });
+        if job.scrape == st.scrape {
+            st.answers.push((job.index, result));
+            st.outstanding -= 1;
+            if st.outstanding == 0 {
+                shared.answered.notify_one();
+            }
+        }
         // `workers` threads outside a call stay; threads started in place
         // of hung calls leave once those return.
         if st.threads - st.calls.len() > shared.workers || st.closed {
