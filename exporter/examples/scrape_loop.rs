@@ -17,14 +17,19 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let procfs = args.next().unwrap_or_else(|| "/proc".to_string());
-    let only: Option<Vec<String>> = args.next().map(|a| a.split(',').map(str::to_string).collect());
+    let only: Option<Vec<String>> = args
+        .next()
+        .map(|a| a.split(',').map(str::to_string).collect());
     let settings = Settings::with_roots(procfs, "/sys");
     let mut scraper = Scraper::new(SelfMetrics::new());
     let enabled = |name: &str, default: bool| match &only {
         Some(list) => list.iter().any(|n| n == name),
         None => default,
     };
-    for spec in collectors::ALL.iter().filter(|s| enabled(s.name, s.default_enabled)) {
+    for spec in collectors::ALL
+        .iter()
+        .filter(|s| enabled(s.name, s.default_enabled))
+    {
         scraper.add(spec.name, (spec.build)(&settings));
     }
     let mut bytes = 0;

@@ -490,7 +490,10 @@ mod tests {
             Some(std::time::Duration::from_secs(90))
         );
         assert_eq!(c.settings.integer(STAT_WORKERS), Some(8));
-        assert_eq!(c.settings.regex(MOUNT_POINTS_INCLUDE).unwrap().as_str(), "^/data");
+        assert_eq!(
+            c.settings.regex(MOUNT_POINTS_INCLUDE).unwrap().as_str(),
+            "^/data"
+        );
         let t = |v: &str| {
             parse([
                 "usescope".to_string(),
@@ -518,7 +521,11 @@ mod tests {
                 format!("--collector.filesystem.{b}"),
             ])
             .unwrap_err();
-            assert!(one_line(&e).contains("cannot be used with"), "{}", one_line(&e));
+            assert!(
+                one_line(&e).contains("cannot be used with"),
+                "{}",
+                one_line(&e)
+            );
         }
         assert!(parse(["usescope", "--collector.filesystem.fs-types-include=^ext4$"]).is_ok());
     }

@@ -285,7 +285,8 @@ impl StatfsPool {
             woken += 1;
             working += 1;
         }
-        let stop = st.idle == 0 && fresh == 0 && st.threads >= self.max_threads && stuck == st.calls.len();
+        let stop =
+            st.idle == 0 && fresh == 0 && st.threads >= self.max_threads && stuck == st.calls.len();
         (st, stop)
     }
 
@@ -369,7 +370,9 @@ fn worker(shared: &Shared) {
     }
 }
 
-/// statfs(2), retried on EINTR; the error is the errno.
+/// statfs(2), retried on EINTR; the error is the errno. (The field types
+/// of `struct statfs` differ between architectures, hence the casts.)
+#[allow(clippy::unnecessary_cast)]
 pub fn statfs(path: &CStr) -> Result<Stats, i32> {
     loop {
         let mut buf = std::mem::MaybeUninit::<libc::statfs>::zeroed();
@@ -387,7 +390,9 @@ pub fn statfs(path: &CStr) -> Result<Stats, i32> {
                 ffree: s.f_ffree as u64,
             });
         }
-        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
         if e != libc::EINTR {
             return Err(e);
         }
@@ -503,7 +508,10 @@ mod tests {
             "{out:?}"
         );
         let (threads, calls) = pool.threads_and_calls();
-        assert!(calls == 6 && threads <= 2 + 6, "{threads} threads, {calls} calls");
+        assert!(
+            calls == 6 && threads <= 2 + 6,
+            "{threads} threads, {calls} calls"
+        );
         for _ in 0..3 {
             let t = Instant::now();
             pool.stat_all(&p, &all(p.len()), &mut out);
@@ -543,7 +551,7 @@ mod tests {
             let (threads, calls) = pool.threads_and_calls();
             assert!(threads <= max, "{threads} threads");
             assert_eq!(calls, threads, "every thread is in a hung call");
-            if out.iter().any(|o| *o == Outcome::Saturated) {
+            if out.contains(&Outcome::Saturated) {
                 break;
             }
             assert!(out.iter().all(|o| *o == Outcome::Timeout), "{out:?}");

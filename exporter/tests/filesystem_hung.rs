@@ -132,7 +132,12 @@ fn assert_scrapes_skip(d: &Daemon, mount: &Path) {
         .into_iter()
         .filter(|l| l.contains("statfs did not answer") && l.contains(mp.as_ref()))
         .collect();
-    assert_eq!(warned.len(), 1, "one warning for the hung mount:\n{}", d.log().join("\n"));
+    assert_eq!(
+        warned.len(),
+        1,
+        "one warning for the hung mount:\n{}",
+        d.log().join("\n")
+    );
 }
 
 /// The server is stopped: statfs waits killably. SIGTERM ends the daemon
@@ -151,7 +156,11 @@ fn stopped_fuse_server_times_out_one_mount_and_sigterm_exits() {
     let t = Instant::now();
     let status = d.stop();
     assert!(status.success(), "{status:?}");
-    assert!(t.elapsed() < Duration::from_secs(5), "exit took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "exit took {:?}",
+        t.elapsed()
+    );
     let base = mount.dir.parent().unwrap().to_path_buf();
     drop(mount);
     let _ = std::fs::remove_dir_all(base);

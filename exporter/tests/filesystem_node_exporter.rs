@@ -214,7 +214,9 @@ fn compare_exact(what: &str, ne_bin: &Path, args: &[String]) -> usize {
 fn same_series_and_values_as_node_exporter() {
     let Some(ne) = node_exporter() else {
         if common::bpf_required() {
-            panic!("node_exporter not found and USESCOPE_REQUIRE_BPF=1 (scripts/compat-node-exporter.sh installs it)");
+            panic!(
+                "node_exporter not found and USESCOPE_REQUIRE_BPF=1 (scripts/compat-node-exporter.sh installs it)"
+            );
         }
         eprintln!(
             "SKIPPED same_series_and_values_as_node_exporter: no node_exporter (set NODE_EXPORTER, or run scripts/compat-node-exporter.sh)"
@@ -233,7 +235,11 @@ fn same_series_and_values_as_node_exporter() {
     let link = link_dir.path().join("host");
     std::os::unix::fs::symlink("/", &link).unwrap();
     let rootfs = format!("--path.rootfs={}", link.display());
-    compare_live("live host, rootfs a symlink to /", &ne, &[types.clone(), rootfs]);
+    compare_live(
+        "live host, rootfs a symlink to /",
+        &ne,
+        &[types.clone(), rootfs],
+    );
 
     let captured = format!("--path.procfs={}", fixture("proc").display());
     compare_exact(

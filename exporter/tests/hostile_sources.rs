@@ -342,7 +342,10 @@ fn ten_megabyte_line_stays_out_of_log_and_landing_page() {
     }
     // Without basic auth the page is public: it shows that a collector
     // failed, never what the file said (the log has the excerpt).
-    assert!(!page.contains("AAAA"), "file content on a public landing page");
+    assert!(
+        !page.contains("AAAA"),
+        "file content on a public landing page"
+    );
     assert!(page.contains("failed — see the log"));
     assert!(
         page.len() < 64 * 1024,

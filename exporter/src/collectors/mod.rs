@@ -244,7 +244,8 @@ pub fn go_duration(raw: &str) -> Result<Duration, String> {
         rest = &rest[unit_len..];
         total += number * seconds;
     }
-    if !(total > 0.0) {
+    // Digits and dots only: never NaN.
+    if total <= 0.0 {
         return Err(format!("{raw:?} must be more than zero"));
     }
     if total > 86_400.0 {
