@@ -543,14 +543,16 @@ mod tests {
         // bound may take more than one scrape on a loaded machine.
         let max = 4 + MAX_STUCK_THREADS;
         let mut took = Duration::ZERO;
-        for _ in 0..4 {
+        for _ in 0..6 {
             let t = Instant::now();
             pool.stat_all(&p, &all(p.len()), &mut out);
             took = t.elapsed();
             assert!(took < timeout * 3, "{took:?}");
             let (threads, calls) = pool.threads_and_calls();
             assert!(threads <= max, "{threads} threads");
-            assert_eq!(calls, threads, "every thread is in a hung call");
+            // Threads woken just before the deadline may not have taken
+            // their job yet: at most `workers` are not in a hung call.
+            assert!(calls + 4 >= threads, "{threads} threads, {calls} calls");
             if out.contains(&Outcome::Saturated) {
                 break;
             }
