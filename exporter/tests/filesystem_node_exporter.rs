@@ -122,6 +122,17 @@ fn series(expo: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// The `# HELP` and `# TYPE` lines of the `node_filesystem_*` families.
+fn headers(expo: &str) -> Vec<&str> {
+    expo.lines()
+        .filter(|l| {
+            l.strip_prefix("# HELP ")
+                .or_else(|| l.strip_prefix("# TYPE "))
+                .is_some_and(|r| r.starts_with("node_filesystem_"))
+        })
+        .collect()
+}
+
 fn mount_point(series: &str) -> &str {
     series
         .split("mountpoint=\"")
@@ -155,8 +166,14 @@ fn size_of(all: &BTreeMap<String, f64>, series: &str) -> f64 {
 fn compare_live(what: &str, ne_bin: &Path, args: &[String]) -> usize {
     let d = usescope(args);
     let ne = NodeExporter::start(ne_bin, args);
-    let before = series(&d.scrape());
-    let theirs = series(&ne.scrape());
+    let (ours_text, theirs_text) = (d.scrape(), ne.scrape());
+    assert_eq!(
+        headers(&ours_text),
+        headers(&theirs_text),
+        "{what}: HELP and TYPE lines (left usescope, right node_exporter)"
+    );
+    let before = series(&ours_text);
+    let theirs = series(&theirs_text);
     let after = series(&d.scrape());
     let mounts = |m: &BTreeMap<String, f64>| -> BTreeSet<String> {
         m.keys().map(|s| mount_point(s).to_string()).collect()
