@@ -466,7 +466,13 @@ fn entries_of(
     entries: &mut Vec<Entry>,
     paths: &mut Vec<Arc<CStr>>,
 ) {
-    entries.clear();
+    // What the last scrapes learnt about a mount carries over, so that a
+    // change elsewhere in the table neither logs a stuck mount again nor
+    // forgets which mounts answered.
+    let mut before: std::collections::HashMap<(String, String, String), Entry> = entries
+        .drain(..)
+        .map(|e| ((e.device.clone(), e.mount_point.clone(), e.fs_type.clone()), e))
+        .collect();
     paths.clear();
     let mut seen = HashSet::new();
     for m in mounts {
@@ -487,6 +493,7 @@ fn entries_of(
             Err(_) => (CString::default(), true),
         };
         paths.push(Arc::from(path));
+        let old = before.remove(&(m.source.to_string(), mount_point.clone(), m.fs_type.to_string()));
         entries.push(Entry {
             device: m.source.to_string(),
             mount_point,
@@ -497,10 +504,10 @@ fn entries_of(
                 || has_option(m.super_options, "ro")
                 || has_option(m.super_options, "emergency_ro"),
             bad_path,
-            answered: true,
-            timed_out: false,
-            errno: 0,
-            error_text: String::new(),
+            answered: old.as_ref().is_none_or(|o| o.answered),
+            timed_out: old.as_ref().is_some_and(|o| o.timed_out),
+            errno: old.as_ref().map_or(0, |o| o.errno),
+            error_text: old.map(|o| o.error_text).unwrap_or_default(),
         });
     }
 }
