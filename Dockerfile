@@ -43,4 +43,4 @@ RUN apt-get update \
 USER 65534:65534
 EXPOSE 9200
 ENTRYPOINT ["/usr/local/bin/usescope"]
-CMD ["--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--web.listen-address=:9200"]
+CMD ["--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--path.rootfs=/host/root", "--web.listen-address=:9200"]

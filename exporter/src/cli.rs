@@ -133,7 +133,7 @@ pub fn command() -> Command {
             Arg::new("path.rootfs")
                 .long("path.rootfs")
                 .default_value("/")
-                .help("rootfs mountpoint"),
+                .help("rootfs mountpoint: where the host's / is mounted when running in a container (e.g. /host); the filesystem collector stats mount points under it and strips it from their label"),
         )
         .arg(
             Arg::new("collector.disable-defaults")
@@ -538,6 +538,79 @@ mod tests {
         );
         let c = parse(["usescope", "--collector.diskstats.device-exclude=^x$"]).unwrap();
         assert_eq!(c.settings.regex(DEVICE_EXCLUDE).unwrap().as_str(), "^x$");
+    }
+
+    #[test]
+    fn filesystem_flags() {
+        use collectors::filesystem::*;
+        let c = parse(["usescope"]).unwrap();
+        assert_eq!(c.settings.rootfs, std::path::PathBuf::from("/"));
+        assert_eq!(
+            c.settings.duration(MOUNT_TIMEOUT),
+            Some(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(c.settings.integer(STAT_WORKERS), Some(4));
+        assert_eq!(
+            c.settings.regex(MOUNT_POINTS_EXCLUDE).unwrap().as_str(),
+            DEFAULT_MOUNT_POINTS_EXCLUDE
+        );
+        assert_eq!(
+            c.settings.regex(FS_TYPES_EXCLUDE).unwrap().as_str(),
+            DEFAULT_FS_TYPES_EXCLUDE
+        );
+        assert!(c.collectors.contains(&"filesystem"));
+        let c = parse([
+            "usescope",
+            "--path.rootfs=/host",
+            "--collector.filesystem.mount-timeout=1m30s",
+            "--collector.filesystem.stat-workers=8",
+            "--collector.filesystem.mount-points-include=^/data",
+        ])
+        .unwrap();
+        assert_eq!(c.settings.rootfs, std::path::PathBuf::from("/host"));
+        assert_eq!(
+            c.settings.duration(MOUNT_TIMEOUT),
+            Some(std::time::Duration::from_secs(90))
+        );
+        assert_eq!(c.settings.integer(STAT_WORKERS), Some(8));
+        assert_eq!(
+            c.settings.regex(MOUNT_POINTS_INCLUDE).unwrap().as_str(),
+            "^/data"
+        );
+        let t = |v: &str| {
+            parse([
+                "usescope".to_string(),
+                format!("--collector.filesystem.mount-timeout={v}"),
+            ])
+            .map(|c| c.settings.duration(MOUNT_TIMEOUT).unwrap())
+        };
+        assert_eq!(t("500ms").unwrap(), std::time::Duration::from_millis(500));
+        assert_eq!(t("1.5s").unwrap(), std::time::Duration::from_millis(1500));
+        for bad in ["5", "0s", "-1s", "5x", "", "2d", "25h"] {
+            let e = t(bad).unwrap_err();
+            assert!(one_line(&e).contains("mount-timeout"), "{bad}: {e}");
+        }
+        let e = parse(["usescope", "--collector.filesystem.stat-workers=many"]).unwrap_err();
+        assert!(one_line(&e).contains("stat-workers"), "{}", one_line(&e));
+        // Exclude and include of one kind exclude each other, as in
+        // node_exporter; the default exclude does not count.
+        for (a, b) in [
+            ("mount-points-exclude=^/x", "mount-points-include=^/y"),
+            ("fs-types-exclude=^x$", "fs-types-include=^y$"),
+        ] {
+            let e = parse([
+                "usescope".to_string(),
+                format!("--collector.filesystem.{a}"),
+                format!("--collector.filesystem.{b}"),
+            ])
+            .unwrap_err();
+            assert!(
+                one_line(&e).contains("cannot be used with"),
+                "{}",
+                one_line(&e)
+            );
+        }
+        assert!(parse(["usescope", "--collector.filesystem.fs-types-include=^ext4$"]).is_ok());
     }
 
     /// `--help` is generated from the registry: every collector's toggle

@@ -18,4 +18,5 @@ pub mod probes;
 pub mod self_metrics;
 pub mod server;
 pub mod source;
+pub mod statfs_pool;
 pub mod web_config;

@@ -15,6 +15,10 @@ use common::{Daemon, fixture};
 /// Probe families are excluded: probes are off here, and their own tests
 /// cover them against the live kernel. The clock, the time zone and
 /// adjtimex(2) are the running host's (compat_system.rs checks them).
+/// node_exporter's default `--collector.filesystem.mount-points-exclude`.
+const NE_DEFAULT_MOUNT_EXCLUDE: &str =
+    "^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)";
+
 fn stable(line: &str) -> bool {
     !(line.contains("process_")
         || line.contains("node_scrape_collector_duration_seconds")
@@ -32,7 +36,14 @@ fn scrape_fixture(tree: &Path, extra: &[&str]) -> String {
         format!("--path.procfs={}", tree.display()),
         format!("--path.sysfs={}", fixture("sys").display()),
         format!("--path.udev.data={}", fixture("udev").display()),
+        // os-release comes from the fixture rootfs. The filesystem
+        // collector statfs()es the fixture's mount points under it: all but
+        // `/` are absent there, deterministically, and `/` (the fixture
+        // directory itself, whose free space moves) is left out. Its values
+        // are tested against node_exporter on the live host instead
+        // (filesystem_node_exporter.rs).
         format!("--path.rootfs={}", fixture("rootfs").display()),
+        format!("--collector.filesystem.mount-points-exclude=^/$|{NE_DEFAULT_MOUNT_EXCLUDE}"),
         "--collector.interrupts".to_string(),
         "--no-probe.runqlat".to_string(),
         "--no-probe.cachestat".to_string(),

@@ -299,6 +299,8 @@ fn start(tree: &Path, extra: &[&str]) -> Daemon {
     let mut args = vec![
         format!("--path.procfs={}", tree.display()),
         format!("--path.sysfs={}", sys_of(tree).display()),
+        // The same filesystem output on every scrape (see ABSENT_ROOTFS).
+        format!("--path.rootfs={}", common::ABSENT_ROOTFS),
     ];
     args.extend(NO_PROBES.iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));

@@ -364,3 +364,46 @@ fn snmp6_matches_procfs() {
     });
     assert_eq!(ran, 3);
 }
+
+/// mountinfo: the live /proc/self/mountinfo and /proc/1/mountinfo, and both
+/// fixture trees. procfs differs on purpose in one place: it reads the
+/// source `none` as no source, where procfs (Go) and node_exporter keep the
+/// string.
+#[test]
+fn mountinfo_matches_procfs() {
+    use procfs::process::MountInfos;
+    use usescope::collectors::filesystem;
+    let mut ran = 0;
+    for rel in ["self/mountinfo", "1/mountinfo"] {
+        ran += each_tree(rel, |text, ctx| {
+            let ours = all(text, ctx, filesystem::parse_into);
+            let theirs = MountInfos::from_buf_read(Cursor::new(text))
+                .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
+            assert_eq!(ours.len(), theirs.0.len(), "{ctx}: mounts");
+            for (o, t) in ours.iter().zip(&theirs.0) {
+                let line = format!("{ctx}: mount {}", o.mount_id);
+                assert_eq!(o.mount_id, t.mnt_id as u64, "{line}");
+                assert_eq!(o.parent_id, t.pid as u64, "{line}");
+                assert_eq!(format!("{}:{}", o.major, o.minor), t.majmin, "{line}");
+                assert_eq!(o.root, t.root, "{line}");
+                assert_eq!(Path::new(o.mount_point), t.mount_point, "{line}");
+                assert_eq!(o.fs_type, t.fs_type, "{line}");
+                let source = (!matches!(o.source, "none" | "")).then_some(o.source);
+                assert_eq!(source, t.mount_source.as_deref(), "{line}");
+                let keys = |opts: &str| -> std::collections::BTreeSet<String> {
+                    opts.split(',')
+                        .map(|o| o.split('=').next().unwrap().to_string())
+                        .collect()
+                };
+                let their_keys = |m: &HashMap<String, Option<String>>| m.keys().cloned().collect();
+                assert_eq!(keys(o.options), their_keys(&t.mount_options), "{line}");
+                assert_eq!(
+                    keys(o.super_options),
+                    their_keys(&t.super_options),
+                    "{line}"
+                );
+            }
+        });
+    }
+    assert!(ran >= 3, "mountinfo checked on {ran} trees");
+}

@@ -9,78 +9,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::hangfs::{HungMount, SIGSTOP, SIGTERM};
 use common::{Daemon, http_get, sample};
-
-const HANGFS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/hangfs.py");
-
-/// A mounted hangfs and its server process; unmounted and killed on drop.
-struct HungMount {
-    dir: PathBuf,
-    server: Child,
-}
-
-impl HungMount {
-    /// None (after a skip line) when FUSE cannot be had and this is not CI.
-    fn mount(test: &str, dir: PathBuf) -> Option<HungMount> {
-        if !common::can_run_bpf(test) {
-            return None;
-        }
-        std::fs::create_dir_all(&dir).unwrap();
-        let server = Command::new("/usr/bin/python3")
-            .arg(HANGFS)
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "start hangfs.py (needs Debian's python3-fusepy; scripts/setup.sh installs it)",
-            );
-        let m = HungMount { dir, server };
-        let end = Instant::now() + Duration::from_secs(10);
-        while !m.is_mounted() {
-            assert!(
-                Instant::now() < end,
-                "hangfs did not mount {} (python3-fusepy, /dev/fuse and root are needed)",
-                m.dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(m)
-    }
-
-    fn is_mounted(&self) -> bool {
-        let target = self.dir.to_string_lossy().into_owned();
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| l.split(' ').nth(4) == Some(target.as_str()))
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: signalling our own child by its pid.
-        unsafe { kill(self.server.id() as i32, sig) };
-    }
-}
-
-impl Drop for HungMount {
-    fn drop(&mut self) {
-        // SIGKILL ends a stopped server too; its connection closes and every
-        // request still waiting on it fails, so nothing stays stuck.
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
-
-unsafe extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-
-const SIGSTOP: i32 = 19;
-const SIGTERM: i32 = 15;
 
 /// A copy of the fixture procfs whose `loadavg` points into the mount.
 fn tree_with_loadavg_in(mount: &Path) -> PathBuf {
@@ -197,8 +129,7 @@ fn fuse_server_holding_a_read_costs_one_collector() {
     let tree = tree_with_loadavg_in(&mount.dir);
     let mut d = start(&tree);
     assert_deadline_then_skip(&d);
-    // SAFETY: signalling our own child by its pid.
-    unsafe { kill(d.child.id() as i32, SIGTERM) };
+    common::hangfs::signal(d.child.id(), SIGTERM);
     assert!(
         d.wait_for_log("usescope stopped", Duration::from_secs(5))
             .is_some(),

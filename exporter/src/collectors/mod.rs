@@ -15,6 +15,7 @@
 //! encoded (see [`Parser`]).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use regex::Regex;
 
@@ -65,6 +66,7 @@ registry! {
     timex,
     os,
     processes,
+    filesystem,
     hwmon,
     thermal_zone,
     edac,
@@ -262,6 +264,11 @@ pub enum FlagKind {
     /// A switch, kingpin's bool flag: `--NAME` sets it, `--no-NAME`
     /// clears it; `default` is `"true"` or `"false"`.
     Bool,
+    /// A positive duration in Go's syntax (`5s`, `500ms`, `1m30s`), as
+    /// node_exporter's duration flags take it.
+    Duration,
+    /// A signed integer, as node_exporter's (kingpin's) `Int` flags take it.
+    Integer,
 }
 
 /// A flag's parsed value.
@@ -271,6 +278,8 @@ pub enum FlagValue {
     Text(String),
     TextList(Vec<String>),
     Bool(bool),
+    Duration(Duration),
+    Integer(i64),
 }
 
 impl FlagValue {
@@ -284,6 +293,11 @@ impl FlagValue {
                 "false" => Ok(FlagValue::Bool(false)),
                 _ => Err(format!("{raw:?} is not true or false")),
             },
+            FlagKind::Duration => go_duration(raw).map(FlagValue::Duration),
+            FlagKind::Integer => raw
+                .parse::<i64>()
+                .map(FlagValue::Integer)
+                .map_err(|e| format!("{raw:?} is not an integer: {e}")),
             FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
                 // regex's message spans lines (pattern, caret, cause); keep the cause.
                 e.to_string()
@@ -297,6 +311,48 @@ impl FlagValue {
     }
 }
 
+/// A duration as Go's `time.ParseDuration` reads it: one or more decimal
+/// numbers, each with a unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`), such as
+/// `5s`, `1.5s` or `1m30s`. It must be positive (a zero or negative timeout
+/// means nothing sensible here) and at most a day.
+pub fn go_duration(raw: &str) -> Result<Duration, String> {
+    let bad = || format!("{raw:?} is not a duration like 5s, 500ms or 1m30s");
+    let mut rest = raw;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..number_len].parse().map_err(|_| bad())?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        total += number * seconds;
+    }
+    // Digits and dots only: never NaN.
+    if total <= 0.0 {
+        return Err(format!("{raw:?} must be more than zero"));
+    }
+    if total > 86_400.0 {
+        return Err(format!("{raw:?} is longer than a day"));
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
 /// Settings the collectors are built from: the roots and the values of
 /// the registered flags.
 #[derive(Clone, Debug)]
@@ -306,7 +362,10 @@ pub struct Settings {
     /// `--path.udev.data`; `None` (the default here, so tests do not see
     /// the host's database) reads no udev data.
     pub udev: Option<PathBuf>,
-    /// `--path.rootfs`, the host's `/` (os-release); `/` unless set.
+    /// `--path.rootfs`: where the host's root filesystem is mounted (`/`
+    /// unless usescope runs in a container with the host's `/` at, say,
+    /// `/host`). The filesystem collector statfs()es mount points under it
+    /// and strips it from the `mountpoint` label, as node_exporter does.
     pub rootfs: PathBuf,
     /// Flag name → value, for every registered flag that has a value.
     flags: Vec<(&'static str, FlagValue)>,
@@ -370,6 +429,22 @@ impl Settings {
         match self.flag(flag) {
             Some(FlagValue::TextList(t)) => t,
             _ => &[],
+        }
+    }
+
+    /// A [`FlagKind::Duration`] flag's value.
+    pub fn duration(&self, flag: &str) -> Option<Duration> {
+        match self.flag(flag) {
+            Some(FlagValue::Duration(d)) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// A [`FlagKind::Integer`] flag's value.
+    pub fn integer(&self, flag: &str) -> Option<i64> {
+        match self.flag(flag) {
+            Some(FlagValue::Integer(n)) => Some(*n),
+            _ => None,
         }
     }
 }

@@ -9,6 +9,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod hangfs;
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_usescope"))
 }
@@ -19,6 +21,13 @@ pub fn fixture(name: &str) -> PathBuf {
         .join("tests/fixtures")
         .join(name)
 }
+
+/// A `--path.rootfs` that does not exist. Tests that run on a fixture
+/// procfs and compare scrapes pass it, so that the filesystem collector's
+/// statfs of the fixture's mount points fails the same way (ENOENT,
+/// `device_error` 1) everywhere, instead of reporting the free space of
+/// whatever machine runs the test, which changes from scrape to scrape.
+pub const ABSENT_ROOTFS: &str = "/nonexistent/usescope-test-rootfs";
 
 pub struct Daemon {
     pub child: Child,

@@ -1,0 +1,1016 @@
+//! /proc/1/mountinfo + statfs(2) → the `node_filesystem_*` families, as
+//! node_exporter 1.12's filesystem collector writes them.
+//!
+//! - The mounts are PID 1's (`/proc/1/mountinfo`), or, when that is absent
+//!   (procfs mounted with `hidepid`), this process's (`/proc/self/mountinfo`).
+//!   The line format is procfs's (Go) reading of it: fields split on single
+//!   spaces, at least ten, the `-` separator fourth from the end.
+//! - Mount points are stat'ed under `--path.rootfs` and reported without
+//!   that prefix, so a container with the host's `/` at `/host` reports
+//!   `/`, `/boot`, ... as node_exporter does.
+//! - Mounts whose mount point or type matches the exclude flags (or does not
+//!   match the include flags) are skipped; duplicates by label (the same
+//!   device mounted twice on one mount point) are reported once.
+//! - statfs runs on the threads of a [`StatfsPool`], never on the scrape's:
+//!   a scrape waits at most `--collector.filesystem.mount-timeout` for the
+//!   answers, and a mount that has not answered is reported with
+//!   `device_error` 1 (label `device_error="mountpoint timeout"`) and not
+//!   called again until its stuck call returns. See statfs_pool.rs.
+//! - `readonly` comes from the mount and superblock options (`ro`, or the
+//!   superblock's `emergency_ro`), as in node_exporter 1.12, not from statfs.
+//!
+//! The mount list is rebuilt (labels, filters, duplicates) only when the
+//! text of mountinfo changes; an unchanged one costs a comparison.
+
+use std::collections::HashSet;
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use regex::Regex;
+
+use crate::collector::Collector;
+use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
+use crate::error::{CollectError, ParseError, excerpt};
+use crate::exposition::{Desc, Encoder, Value};
+use crate::parse::{lines, recycle, u64_field};
+use crate::source::{Read, SourceFile};
+use crate::statfs_pool::{Outcome, StatfsPool, Stats};
+
+pub const MOUNT_POINTS_EXCLUDE: &str = "collector.filesystem.mount-points-exclude";
+pub const MOUNT_POINTS_INCLUDE: &str = "collector.filesystem.mount-points-include";
+pub const FS_TYPES_EXCLUDE: &str = "collector.filesystem.fs-types-exclude";
+pub const FS_TYPES_INCLUDE: &str = "collector.filesystem.fs-types-include";
+pub const MOUNT_TIMEOUT: &str = "collector.filesystem.mount-timeout";
+pub const STAT_WORKERS: &str = "collector.filesystem.stat-workers";
+
+/// node_exporter 1.12's `defMountPointsExcluded` (Linux).
+pub const DEFAULT_MOUNT_POINTS_EXCLUDE: &str = "^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)";
+/// node_exporter 1.12's `defFSTypesExcluded` (Linux).
+pub const DEFAULT_FS_TYPES_EXCLUDE: &str = "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|erofs|sysfs|tracefs)$";
+
+/// The `device_error` label of a mount that did not answer in time.
+pub const TIMEOUT_LABEL: &str = "mountpoint timeout";
+/// The `device_error` label of a mount not asked because every statfs
+/// thread the bound allows is stuck (usescope only; see statfs_pool.rs).
+pub const SATURATED_LABEL: &str = "too many stuck mounts";
+
+pub const SPEC: Spec = Spec {
+    name: "filesystem",
+    default_enabled: true,
+    help: "Filesystem size, free space and inodes: statfs of each mount in /proc/1/mountinfo, under --path.rootfs",
+    flags: &[
+        Flag {
+            name: MOUNT_POINTS_EXCLUDE,
+            help: "Regexp of mount points to exclude for filesystem collector. (mutually exclusive to mount-points-include)",
+            default: Some(DEFAULT_MOUNT_POINTS_EXCLUDE),
+            kind: FlagKind::Regex,
+            conflicts_with: Some(MOUNT_POINTS_INCLUDE),
+        },
+        Flag {
+            name: MOUNT_POINTS_INCLUDE,
+            help: "Regexp of mount points to include for filesystem collector. (mutually exclusive to mount-points-exclude)",
+            default: None,
+            kind: FlagKind::Regex,
+            conflicts_with: Some(MOUNT_POINTS_EXCLUDE),
+        },
+        Flag {
+            name: FS_TYPES_EXCLUDE,
+            help: "Regexp of filesystem types to exclude for filesystem collector. (mutually exclusive to fs-types-include)",
+            default: Some(DEFAULT_FS_TYPES_EXCLUDE),
+            kind: FlagKind::Regex,
+            conflicts_with: Some(FS_TYPES_INCLUDE),
+        },
+        Flag {
+            name: FS_TYPES_INCLUDE,
+            help: "Regexp of filesystem types to include for filesystem collector. (mutually exclusive to fs-types-exclude)",
+            default: None,
+            kind: FlagKind::Regex,
+            conflicts_with: Some(FS_TYPES_EXCLUDE),
+        },
+        Flag {
+            name: MOUNT_TIMEOUT,
+            help: "how long to wait for a mount to respond before marking it as stale (a scrape waits at most this long for statfs; a stale mount reports device_error 1 and is not stat'ed again until its call returns)",
+            default: Some("5s"),
+            kind: FlagKind::Duration,
+            conflicts_with: None,
+        },
+        Flag {
+            name: STAT_WORKERS,
+            help: "how many stat calls to process simultaneously (threads; up to 32 more stand in for calls that hang)",
+            default: Some("4"),
+            kind: FlagKind::Integer,
+            conflicts_with: None,
+        },
+    ],
+    build,
+    sources: &[Source::proc("1/mountinfo", "mountinfo")],
+    parsers: &[Parser::numeric("mountinfo", |t| {
+        parse_into(t, &mut Vec::new())
+    })],
+};
+
+const AVAIL: Desc = Desc::gauge(
+    "node_filesystem_avail_bytes",
+    "Filesystem space available to non-root users in bytes.",
+);
+const DEVICE_ERROR: Desc = Desc::gauge(
+    "node_filesystem_device_error",
+    "Whether an error occurred while getting statistics for the given device.",
+);
+const FILES: Desc = Desc::gauge("node_filesystem_files", "Filesystem total file nodes.");
+const FILES_FREE: Desc = Desc::gauge(
+    "node_filesystem_files_free",
+    "Filesystem total free file nodes.",
+);
+const FREE: Desc = Desc::gauge(
+    "node_filesystem_free_bytes",
+    "Filesystem free space in bytes.",
+);
+const MOUNT_INFO: Desc = Desc::gauge(
+    "node_filesystem_mount_info",
+    "Filesystem mount information.",
+);
+// node_exporter 1.12 writes this on Linux too, always 0 (its value is only
+// filled in on macOS).
+const PURGEABLE: Desc = Desc::gauge(
+    "node_filesystem_purgeable_bytes",
+    "Filesystem space available including purgeable space (MacOS specific).",
+);
+const READONLY: Desc = Desc::gauge("node_filesystem_readonly", "Filesystem read-only status.");
+const SIZE: Desc = Desc::gauge("node_filesystem_size_bytes", "Filesystem size in bytes.");
+
+/// One line of mountinfo (proc(5)), fields borrowed from the text:
+/// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mount<'t> {
+    pub mount_id: u64,
+    pub parent_id: u64,
+    pub major: u64,
+    pub minor: u64,
+    /// The directory of the filesystem mounted here (not `/` for a bind
+    /// mount of a subdirectory).
+    pub root: &'t str,
+    /// As the kernel writes it: space, tab, newline and backslash escaped
+    /// as `\040`, `\011`, `\012`, `\134`.
+    pub mount_point: &'t str,
+    pub options: &'t str,
+    pub fs_type: &'t str,
+    /// The device (`/dev/vda1`), or what the filesystem puts there
+    /// (`tmpfs`, `server:/export`); escaped like the mount point.
+    pub source: &'t str,
+    pub super_options: &'t str,
+}
+
+/// Parses mountinfo into `out`, one [`Mount`] per line. As procfs (Go)
+/// reads it: fields are separated by single spaces (an empty source makes
+/// an empty field), a line has at least ten, and the fourth from the end is
+/// the `-` that ends the optional fields. The mount IDs and
+/// `major:minor` must be decimal numbers. An empty file is valid (no
+/// mounts); an empty line is not.
+pub fn parse_into<'t>(text: &'t str, out: &mut Vec<Mount<'t>>) -> Result<(), ParseError> {
+    out.clear();
+    for (i, line) in lines(text).enumerate() {
+        out.push(parse_line(line, i + 1)?);
+    }
+    Ok(())
+}
+
+fn parse_line(line: &str, n: usize) -> Result<Mount<'_>, ParseError> {
+    // The first six fields and a ring of the last four.
+    let mut head = [""; 6];
+    let mut tail = [""; 4];
+    let mut count = 0;
+    for (i, f) in line.split(' ').enumerate() {
+        if let Some(h) = head.get_mut(i) {
+            *h = f;
+        }
+        tail[i % 4] = f;
+        count = i + 1;
+    }
+    if count < 10 {
+        return Err(ParseError::new(
+            n,
+            format!("{count} fields; a mountinfo line has at least 10"),
+        ));
+    }
+    let from_end = |k: usize| tail[(count - k) % 4];
+    if from_end(4) != "-" {
+        return Err(ParseError::new(
+            n,
+            format!(
+                "separator: expected \"-\" as the 4th field from the end, got {}",
+                excerpt(from_end(4))
+            ),
+        ));
+    }
+    let (major, minor) = head[2].split_once(':').ok_or_else(|| {
+        ParseError::new(
+            n,
+            format!("major:minor: expected N:M, got {}", excerpt(head[2])),
+        )
+    })?;
+    Ok(Mount {
+        mount_id: u64_field(head[0], n, "mount ID")?,
+        parent_id: u64_field(head[1], n, "parent ID")?,
+        major: u64_field(major, n, "major")?,
+        minor: u64_field(minor, n, "minor")?,
+        root: head[3],
+        mount_point: head[4],
+        options: head[5],
+        fs_type: from_end(3),
+        source: from_end(2),
+        super_options: from_end(1),
+    })
+}
+
+/// The mount point as node_exporter labels it: only `\040` and `\011` are
+/// turned back into a space and a tab (fstab(5)'s escapes), in that order.
+pub fn label_mount_point(raw: &str) -> String {
+    raw.replace("\\040", " ").replace("\\011", "\t")
+}
+
+/// The mount point as a path: every `\ooo` escape the kernel writes
+/// (space, tab, newline, backslash) turned back into its byte.
+pub fn unescape(raw: &str) -> Vec<u8> {
+    let b = raw.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && let Some(&[d1, d2, d3]) = b.get(i + 1..i + 4)
+            && [d1, d2, d3].iter().all(|d| (b'0'..=b'7').contains(d))
+            && d1 <= b'3'
+        {
+            out.push((d1 - b'0') * 64 + (d2 - b'0') * 8 + (d3 - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Whether option `name` is set bare (`ro`, not `ro=x`) in a
+/// comma-separated option list. Like node_exporter, which puts the options
+/// in a map, the last `name` or `name=...` decides; `name=` counts as bare.
+pub fn has_option(options: &str, name: &str) -> bool {
+    let mut set = false;
+    for opt in options.split(',') {
+        let mut kv = opt.split('=');
+        if kv.next() == Some(name) {
+            set = kv.next().unwrap_or("").is_empty();
+        }
+    }
+    set
+}
+
+/// `--path.rootfs`, as node_exporter uses it.
+struct Rootfs {
+    /// As given: node_exporter strips exactly this string.
+    prefix: String,
+    bytes: Vec<u8>,
+}
+
+impl Rootfs {
+    fn new(s: &Settings) -> Rootfs {
+        Rootfs {
+            prefix: s.rootfs.to_string_lossy().into_owned(),
+            bytes: s.rootfs.as_os_str().as_bytes().to_vec(),
+        }
+    }
+
+    /// node_exporter's `rootfsStripPrefix`: the mount point without the
+    /// rootfs prefix, `/` if nothing is left; unchanged when rootfs is `/`.
+    fn strip<'a>(&self, mount_point: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.prefix == "/" {
+            return mount_point.into();
+        }
+        match mount_point.strip_prefix(self.prefix.as_str()) {
+            Some("") => "/".into(),
+            Some(rest) => rest.into(),
+            None => mount_point.into(),
+        }
+    }
+
+    /// The path statfs is called on for a mount point as mountinfo writes
+    /// it: node_exporter's `rootfsFilePath(rootfsStripPrefix(mount point))`,
+    /// that is Go's `filepath.Join(rootfs, stripped)`, but from the fully
+    /// unescaped mount point (see [`unescape`]).
+    fn path_of(&self, raw_mount_point: &str) -> Vec<u8> {
+        let unescaped = unescape(raw_mount_point);
+        let stripped: &[u8] = if self.prefix == "/" {
+            &unescaped
+        } else {
+            match unescaped.strip_prefix(self.prefix.as_bytes()) {
+                Some(b"") => b"/",
+                Some(rest) => rest,
+                None => &unescaped,
+            }
+        };
+        let mut joined = self.bytes.clone();
+        joined.push(b'/');
+        joined.extend_from_slice(stripped);
+        clean(&joined)
+    }
+}
+
+/// Go's `path.Clean` on bytes: one slash between elements, no `.`
+/// elements, `..` applied lexically, no trailing slash.
+fn clean(path: &[u8]) -> Vec<u8> {
+    let rooted = path.first() == Some(&b'/');
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for part in path.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => {
+                if parts.last().is_some_and(|p| *p != b"..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push(part);
+                }
+            }
+            _ => parts.push(part),
+        }
+    }
+    let mut out = Vec::with_capacity(path.len());
+    if rooted {
+        out.push(b'/');
+    }
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b'/');
+        }
+        out.extend_from_slice(p);
+    }
+    if out.is_empty() {
+        out.push(b'.');
+    }
+    out
+}
+
+/// An include or exclude regexp (node_exporter's `deviceFilter`).
+struct Filter {
+    exclude: Option<Regex>,
+    include: Option<Regex>,
+}
+
+impl Filter {
+    /// The include flag, when given, replaces the exclude one: cli.rs lets
+    /// only one of them be set on the command line, so the exclude here is
+    /// then its default, which node_exporter drops too.
+    fn new(s: &Settings, exclude: &str, include: &str) -> Filter {
+        let include = s.regex(include).cloned();
+        Filter {
+            exclude: if include.is_some() {
+                None
+            } else {
+                s.regex(exclude).cloned()
+            },
+            include,
+        }
+    }
+
+    fn ignored(&self, name: &str) -> bool {
+        self.exclude.as_ref().is_some_and(|re| re.is_match(name))
+            || self.include.as_ref().is_some_and(|re| !re.is_match(name))
+    }
+}
+
+/// A mount that is reported, with its labels.
+struct Entry {
+    device: String,
+    mount_point: String,
+    fs_type: String,
+    major: String,
+    minor: String,
+    /// From the mount and superblock options.
+    readonly: bool,
+    /// The path cannot be passed to statfs (a NUL byte): EINVAL, as Go's.
+    bad_path: bool,
+    /// Whether statfs answered in the last scrape: such mounts are asked
+    /// first, so newly hung ones queue behind them.
+    answered: bool,
+    /// Whether the last scrape reported it timed out (logged on change).
+    timed_out: bool,
+    /// The last statfs errno and its text, the `device_error` label.
+    errno: i32,
+    error_text: String,
+}
+
+impl Entry {
+    /// The `device_error` label for this scrape's outcome.
+    fn error_label(&self, o: Outcome) -> &str {
+        match o {
+            Outcome::Error(_) => &self.error_text,
+            Outcome::Timeout => TIMEOUT_LABEL,
+            Outcome::Saturated => SATURATED_LABEL,
+            Outcome::Stats(_) | Outcome::Pending => "",
+        }
+    }
+}
+
+pub struct FilesystemCollector {
+    primary: SourceFile,
+    fallback: SourceFile,
+    rootfs: Rootfs,
+    mount_points: Filter,
+    fs_types: Filter,
+    pool: StatfsPool,
+    timeout: Duration,
+    /// The mountinfo text the entries were built from.
+    built_from: String,
+    entries: Vec<Entry>,
+    /// `entries[i]`'s statfs path.
+    paths: Vec<Arc<CStr>>,
+    /// Reused per scrape.
+    order: Vec<usize>,
+    outcomes: Vec<Outcome>,
+    /// Kept empty between scrapes; only its allocation is reused.
+    mounts: Vec<Mount<'static>>,
+}
+
+pub fn build(s: &Settings) -> Box<dyn Collector> {
+    let timeout = s
+        .duration(MOUNT_TIMEOUT)
+        .unwrap_or(Duration::from_secs(5));
+    // node_exporter uses max(stat-workers, 1).
+    let workers = s.integer(STAT_WORKERS).unwrap_or(4).clamp(1, 1024) as usize;
+    Box::new(FilesystemCollector {
+        primary: SourceFile::new(&s.procfs, "1/mountinfo"),
+        fallback: SourceFile::new(&s.procfs, "self/mountinfo"),
+        rootfs: Rootfs::new(s),
+        mount_points: Filter::new(s, MOUNT_POINTS_EXCLUDE, MOUNT_POINTS_INCLUDE),
+        fs_types: Filter::new(s, FS_TYPES_EXCLUDE, FS_TYPES_INCLUDE),
+        pool: StatfsPool::new(workers, timeout),
+        timeout,
+        built_from: String::new(),
+        entries: Vec::new(),
+        paths: Vec::new(),
+        order: Vec::new(),
+        outcomes: Vec::new(),
+        mounts: Vec::new(),
+    })
+}
+
+/// The reported mounts of freshly parsed mountinfo, in its order: labels,
+/// filters, duplicates dropped (node_exporter reports a label set once),
+/// and the path statfs is called on.
+fn entries_of(
+    mounts: &[Mount],
+    rootfs: &Rootfs,
+    mount_points: &Filter,
+    fs_types: &Filter,
+    entries: &mut Vec<Entry>,
+    paths: &mut Vec<Arc<CStr>>,
+) {
+    // What the last scrapes learnt about a mount carries over, so that a
+    // change elsewhere in the table neither logs a stuck mount again nor
+    // forgets which mounts answered.
+    let mut before: std::collections::HashMap<(String, String, String), Entry> = entries
+        .drain(..)
+        .map(|e| ((e.device.clone(), e.mount_point.clone(), e.fs_type.clone()), e))
+        .collect();
+    paths.clear();
+    let mut seen = HashSet::new();
+    for m in mounts {
+        let mount_point = rootfs.strip(&label_mount_point(m.mount_point)).into_owned();
+        if mount_points.ignored(&mount_point) {
+            tracing::debug!(mountpoint = %mount_point, "ignoring mount point");
+            continue;
+        }
+        if fs_types.ignored(m.fs_type) {
+            tracing::debug!(fstype = m.fs_type, "ignoring fs type");
+            continue;
+        }
+        // One series per exported label set: two mounts on one mount point
+        // with the same device and type (a remount stacked on itself, a
+        // second /dev/shm) would otherwise write the same series twice,
+        // which Prometheus counts as a duplicate sample. node_exporter's
+        // client library drops the second one the same way.
+        if !seen.insert((m.source, mount_point.clone(), m.fs_type)) {
+            continue;
+        }
+        let (path, bad_path) = match CString::new(rootfs.path_of(m.mount_point)) {
+            Ok(c) => (c, false),
+            Err(_) => (CString::default(), true),
+        };
+        paths.push(Arc::from(path));
+        let old = before.remove(&(m.source.to_string(), mount_point.clone(), m.fs_type.to_string()));
+        entries.push(Entry {
+            device: m.source.to_string(),
+            mount_point,
+            fs_type: m.fs_type.to_string(),
+            major: m.major.to_string(),
+            minor: m.minor.to_string(),
+            readonly: has_option(m.options, "ro")
+                || has_option(m.super_options, "ro")
+                || has_option(m.super_options, "emergency_ro"),
+            bad_path,
+            answered: old.as_ref().is_none_or(|o| o.answered),
+            timed_out: old.as_ref().is_some_and(|o| o.timed_out),
+            errno: old.as_ref().map_or(0, |o| o.errno),
+            error_text: old.map(|o| o.error_text).unwrap_or_default(),
+        });
+    }
+}
+
+impl FilesystemCollector {
+    /// Asks statfs about every entry, those that answered last time first.
+    fn stat_entries(&mut self) {
+        self.order.clear();
+        for pass in [true, false] {
+            for (i, e) in self.entries.iter().enumerate() {
+                if e.answered == pass && !e.bad_path {
+                    self.order.push(i);
+                }
+            }
+        }
+        self.pool
+            .stat_all(&self.paths, &self.order, &mut self.outcomes);
+        for (e, o) in self.entries.iter_mut().zip(self.outcomes.iter_mut()) {
+            if e.bad_path {
+                *o = Outcome::Error(libc::EINVAL);
+            }
+            if let Outcome::Error(errno) = *o
+                && errno != e.errno
+            {
+                e.errno = errno;
+                e.error_text = errno_text(errno);
+            }
+            e.answered = matches!(o, Outcome::Stats(_) | Outcome::Error(_));
+            let timed_out = *o == Outcome::Timeout;
+            if timed_out && !e.timed_out {
+                tracing::warn!(
+                    mountpoint = %e.mount_point,
+                    timeout = ?self.timeout,
+                    "statfs did not answer within the mount timeout; reporting device_error 1, and not calling it again until that call returns"
+                );
+            } else if e.timed_out && e.answered {
+                tracing::info!(mountpoint = %e.mount_point, "mount point answers statfs again");
+            }
+            e.timed_out = timed_out;
+        }
+    }
+
+    /// Writes the families in node_exporter's (sorted) order.
+    fn emit(&self, enc: &mut Encoder) {
+        if self.entries.is_empty() {
+            return;
+        }
+        let rows = || self.entries.iter().zip(self.outcomes.iter().copied());
+        let any_stats = rows().any(|(_, o)| matches!(o, Outcome::Stats(_)));
+        let stats_family = |enc: &mut Encoder, desc: &Desc, value: fn(&Stats) -> Value| {
+            if !any_stats {
+                return;
+            }
+            enc.family(desc);
+            for (e, o) in rows() {
+                if let Outcome::Stats(s) = o {
+                    enc.sample(desc, &labels(e, o), value(&s));
+                }
+            }
+        };
+        stats_family(enc, &AVAIL, |s| bytes(s, s.bavail));
+        enc.family(&DEVICE_ERROR);
+        for (e, o) in rows() {
+            let failed = !matches!(o, Outcome::Stats(_));
+            enc.sample(&DEVICE_ERROR, &labels(e, o), u64::from(failed));
+        }
+        stats_family(enc, &FILES, |s| s.files.into());
+        stats_family(enc, &FILES_FREE, |s| s.ffree.into());
+        stats_family(enc, &FREE, |s| bytes(s, s.bfree));
+        if any_stats {
+            enc.family(&MOUNT_INFO);
+            for (e, o) in rows() {
+                if let Outcome::Stats(_) = o {
+                    let l = [
+                        ("device", e.device.as_str()),
+                        ("major", e.major.as_str()),
+                        ("minor", e.minor.as_str()),
+                        ("mountpoint", e.mount_point.as_str()),
+                    ];
+                    enc.sample(&MOUNT_INFO, &l, 1u64);
+                }
+            }
+        }
+        stats_family(enc, &PURGEABLE, |_| 0u64.into());
+        enc.family(&READONLY);
+        for (e, o) in rows() {
+            // node_exporter reports a stuck mount as not read-only.
+            let stuck = matches!(o, Outcome::Timeout | Outcome::Saturated);
+            enc.sample(&READONLY, &labels(e, o), u64::from(e.readonly && !stuck));
+        }
+        stats_family(enc, &SIZE, |s| bytes(s, s.blocks));
+    }
+}
+
+/// The labels of every family but `mount_info`, in node_exporter's order.
+fn labels(e: &Entry, o: Outcome) -> [(&'static str, &str); 4] {
+    [
+        ("device", e.device.as_str()),
+        ("device_error", e.error_label(o)),
+        ("fstype", e.fs_type.as_str()),
+        ("mountpoint", e.mount_point.as_str()),
+    ]
+}
+
+/// Blocks × `f_bsize`, in floating point as node_exporter computes it.
+fn bytes(s: &Stats, blocks: u64) -> Value {
+    (blocks as f64 * s.bsize as f64).into()
+}
+
+impl Collector for FilesystemCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        // /proc/1 is hidden under hidepid=2 (ENOENT): node_exporter then
+        // reads this process's mounts. Any other failure is an error.
+        let (text, primary) = match self.primary.read()? {
+            Read::Text(t) => (t, true),
+            Read::Absent => match self.fallback.read()? {
+                Read::Text(t) => (t, false),
+                Read::Absent => {
+                    return Err(CollectError::other(
+                        self.primary.path(),
+                        format!(
+                            "absent, and so is {}",
+                            self.fallback.path().display()
+                        ),
+                    ));
+                }
+            },
+        };
+        if text != self.built_from {
+            let mut mounts = recycle(std::mem::take(&mut self.mounts));
+            let parsed = parse_into(text, &mut mounts);
+            if parsed.is_ok() {
+                entries_of(
+                    &mounts,
+                    &self.rootfs,
+                    &self.mount_points,
+                    &self.fs_types,
+                    &mut self.entries,
+                    &mut self.paths,
+                );
+                self.built_from.clear();
+                self.built_from.push_str(text);
+            }
+            self.mounts = recycle(mounts);
+            if let Err(e) = parsed {
+                // Built again from the next good text, whatever it is.
+                self.built_from.clear();
+                self.entries.clear();
+                let file = if primary { &self.primary } else { &self.fallback };
+                return Err(file.parse_error(e));
+            }
+        }
+        self.stat_entries();
+        self.emit(enc);
+        Ok(())
+    }
+}
+
+/// What Go prints for an errno (`err.Error()` of a `syscall.Errno`), which
+/// node_exporter puts in the `device_error` label: the C library's message
+/// with its first letter in lower case ("no such file or directory"), except
+/// where the message starts with an acronym ("RFS specific error").
+pub fn errno_text(errno: i32) -> String {
+    let full = std::io::Error::from_raw_os_error(errno).to_string();
+    let msg = full
+        .strip_suffix(&format!(" (os error {errno})"))
+        .unwrap_or(&full);
+    let mut chars = msg.chars();
+    match (chars.next(), chars.next()) {
+        (Some(first), Some(second)) if first.is_ascii_uppercase() && !second.is_ascii_uppercase() => {
+            let mut out = String::with_capacity(msg.len());
+            out.push(first.to_ascii_lowercase());
+            out.push_str(&msg[1..]);
+            out
+        }
+        _ => msg.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::collectors::FlagValue;
+    use crate::collectors::test_support::{fixture, render};
+
+    const FIXTURE: &str = include_str!("../../tests/fixtures/proc/1/mountinfo");
+
+    fn parse(text: &str) -> Result<Vec<Mount<'_>>, ParseError> {
+        let mut out = Vec::new();
+        parse_into(text, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn parses_the_captured_table() {
+        let mounts = parse(FIXTURE).unwrap();
+        assert_eq!(mounts.len(), FIXTURE.lines().count());
+        let root = mounts.iter().find(|m| m.mount_point == "/").unwrap();
+        assert_eq!((root.major, root.minor), (254, 0));
+        assert_eq!((root.fs_type, root.source), ("ext4", "/dev/vda"));
+        assert_eq!(root.options, "rw,relatime");
+        assert!(root.super_options.starts_with("rw,"));
+        // A bind mount of a subdirectory: same device, its own root.
+        let netns = mounts.iter().find(|m| m.mount_point == "/run/netns").unwrap();
+        assert_eq!((netns.root, netns.source), ("/run/netns", "/dev/vda"));
+    }
+
+    #[test]
+    fn optional_fields_empty_source_and_escapes() {
+        let m = parse(
+            "36 35 98:0 /mnt1 /mnt\\0402 rw,noatime master:1 shared:7 propagate_from:3 - ext3 /dev/root rw,errors=continue\n\
+             40 1 0:50 / /srv/x rw - tmpfs  rw,size=4k\n",
+        )
+        .unwrap();
+        assert_eq!(
+            m[0],
+            Mount {
+                mount_id: 36,
+                parent_id: 35,
+                major: 98,
+                minor: 0,
+                root: "/mnt1",
+                mount_point: "/mnt\\0402",
+                options: "rw,noatime",
+                fs_type: "ext3",
+                source: "/dev/root",
+                super_options: "rw,errors=continue",
+            }
+        );
+        // `mount -t tmpfs "" /srv/x`: the source is an empty field.
+        assert_eq!((m[1].fs_type, m[1].source), ("tmpfs", ""));
+        assert_eq!(parse("").unwrap(), []);
+    }
+
+    #[test]
+    fn malformed_lines_name_line_and_field() {
+        let ok = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n";
+        let err = |s: &str| parse(s).unwrap_err();
+        let e = err(&format!("{ok}1 0 8:1 / / rw ext4 /dev/sda1 rw\n"));
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("9 fields"), "{e}");
+        let e = err("1 0 8:1 / / rw x - ext4 /dev/sda1 rw extra\n");
+        assert!(e.msg.contains("separator"), "{e}");
+        let e = err("x 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("mount ID"), "{e}");
+        let e = err("18446744073709551616 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("mount ID"), "{e}");
+        let e = err("1 0 8-1 / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("major:minor"), "{e}");
+        let e = err("1 0 8:x / / rw - ext4 /dev/sda1 rw\n");
+        assert!(e.msg.contains("minor"), "{e}");
+        // An empty line is not a mount (procfs fails on it too).
+        assert_eq!(err(&format!("{ok}\n{ok}")).line, 2);
+        // Two spaces make an empty field, as in procfs: here empty mount
+        // options and an optional field "rw".
+        let m = parse("1 0 8:1 / /  rw - ext4 /dev/sda1 rw\n").unwrap();
+        assert_eq!((m[0].options, m[0].fs_type), ("", "ext4"));
+    }
+
+    #[test]
+    fn labels_paths_and_options() {
+        assert_eq!(label_mount_point("/a\\040b\\011c\\134d\\012e"), "/a b\tc\\134d\\012e");
+        assert_eq!(unescape("/a\\040b\\011c\\134d\\012e"), b"/a b\tc\\d\ne");
+        assert_eq!(unescape("/a\\04"), b"/a\\04");
+        assert_eq!(unescape("/a\\400"), b"/a\\400");
+        assert!(has_option("rw,ro", "ro"));
+        assert!(has_option("ro=,x", "ro"));
+        assert!(!has_option("rw,errors=remount-ro", "ro"));
+        assert!(!has_option("ro,ro=1", "ro"), "the last one decides");
+        assert!(has_option("rw,emergency_ro", "emergency_ro"));
+        assert_eq!(clean(b"/host//a/./b/../c/"), b"/host/a/c");
+        assert_eq!(clean(b"/../x"), b"/x");
+        assert_eq!(clean(b"rel/../../x"), b"../x");
+        assert_eq!(clean(b""), b".");
+        let mut s = Settings::with_roots("/proc", "/sys");
+        let root = Rootfs::new(&s);
+        assert_eq!(root.strip("/boot"), "/boot");
+        assert_eq!(root.path_of("/a\\134b"), b"/a\\b");
+        s.rootfs = "/host".into();
+        let host = Rootfs::new(&s);
+        assert_eq!(host.strip("/host"), "/");
+        assert_eq!(host.strip("/host/boot"), "/boot");
+        assert_eq!(host.strip("/boot"), "/boot");
+        // node_exporter strips the bare string prefix, slash or not.
+        assert_eq!(host.strip("/hostile"), "ile");
+        assert_eq!(host.path_of("/host/boot"), b"/host/boot");
+        assert_eq!(host.path_of("/boot"), b"/host/boot");
+        assert_eq!(host.path_of("/"), b"/host");
+        assert_eq!(host.path_of("/host"), b"/host");
+    }
+
+    #[test]
+    fn errno_text_is_gos() {
+        assert_eq!(errno_text(libc::ENOENT), "no such file or directory");
+        assert_eq!(errno_text(libc::EACCES), "permission denied");
+        assert_eq!(errno_text(libc::EIO), "input/output error");
+        assert_eq!(errno_text(libc::ENOTCONN), "transport endpoint is not connected");
+        assert_eq!(errno_text(libc::ESTALE), "stale file handle");
+        assert_eq!(errno_text(libc::EDOTDOT), "RFS specific error");
+    }
+
+    /// A procfs root holding `1/mountinfo` (and `self/mountinfo` when
+    /// given), and a rootfs with the named directories; removed on drop.
+    struct Trees {
+        dir: tempfile::TempDir,
+    }
+
+    impl Trees {
+        fn new(one: Option<&str>, own: Option<&str>, dirs: &[&str]) -> Trees {
+            let dir = tempfile::tempdir().unwrap();
+            for (rel, text) in [("proc/1/mountinfo", one), ("proc/self/mountinfo", own)] {
+                if let Some(t) = text {
+                    let p = dir.path().join(rel);
+                    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                    std::fs::write(p, t).unwrap();
+                }
+            }
+            for d in dirs {
+                std::fs::create_dir_all(dir.path().join("root").join(d)).unwrap();
+            }
+            Trees { dir }
+        }
+
+        fn settings(&self) -> Settings {
+            let mut s = Settings::with_roots(self.dir.path().join("proc"), "/nonexistent");
+            s.rootfs = self.dir.path().join("root");
+            s
+        }
+    }
+
+    /// The samples of `family`, as `{labels} value` strings.
+    fn samples(out: &str, family: &str) -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(family)?.strip_prefix('{'))
+            .map(|l| format!("{{{l}"))
+            .collect()
+    }
+
+    const TABLE: &str = "\
+1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+2 1 0:5 / /proc rw - proc proc rw
+3 1 0:6 / /dev/shm rw - tmpfs tmpfs rw
+4 1 8:2 / /data rw - xfs /dev/sda2 rw
+5 1 8:2 / /data rw - xfs /dev/sda2 ro
+6 1 8:1 /srv /with\\040space ro,relatime - ext4 /dev/sda1 rw
+7 1 0:7 / /gone rw - tmpfs tmpfs rw
+8 1 0:8 / /cg rw - cgroup2 cgroup2 rw
+9 1 0:9 / /ro-sb rw - ext4 /dev/sdb rw,emergency_ro
+";
+
+    #[test]
+    fn collects_labels_filters_duplicates_and_errors() {
+        let t = Trees::new(Some(TABLE), None, &["data", "with space", "ro-sb"]);
+        let mut c = build(&t.settings());
+        let out = render(c.as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert_eq!(
+            errors,
+            [
+                "{device=\"/dev/sda1\",device_error=\"\",fstype=\"ext4\",mountpoint=\"/\"} 0",
+                "{device=\"/dev/sda2\",device_error=\"\",fstype=\"xfs\",mountpoint=\"/data\"} 0",
+                "{device=\"/dev/sda1\",device_error=\"\",fstype=\"ext4\",mountpoint=\"/with space\"} 0",
+                "{device=\"tmpfs\",device_error=\"no such file or directory\",fstype=\"tmpfs\",mountpoint=\"/gone\"} 1",
+                "{device=\"/dev/sdb\",device_error=\"\",fstype=\"ext4\",mountpoint=\"/ro-sb\"} 0",
+            ],
+            "/proc and /dev/shm excluded by mount point, cgroup2 by type, the second /data is a duplicate:\n{out}"
+        );
+        let ro: Vec<String> = samples(&out, "node_filesystem_readonly")
+            .iter()
+            .map(|s| s.rsplit(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(ro, ["0", "0", "1", "0", "1"]);
+        // statfs of the rootfs directories: the temporary directory's
+        // filesystem, whatever it is.
+        let want = crate::statfs_pool::statfs(
+            &CString::new(t.dir.path().join("root").as_os_str().as_bytes()).unwrap(),
+        )
+        .unwrap();
+        let size = samples(&out, "node_filesystem_size_bytes");
+        assert_eq!(size.len(), 4, "no size for the failed mount:\n{out}");
+        let expected = crate::exposition::Value::from(want.blocks as f64 * want.bsize as f64);
+        let mut buf = Vec::new();
+        if let crate::exposition::Value::F64(f) = expected {
+            crate::exposition::write_float(&mut buf, f);
+        }
+        let want_size = String::from_utf8(buf).unwrap();
+        assert!(size[1].ends_with(&format!(" {want_size}")), "{size:?} vs {want_size}");
+        assert_eq!(
+            samples(&out, "node_filesystem_mount_info")[1],
+            "{device=\"/dev/sda2\",major=\"8\",minor=\"2\",mountpoint=\"/data\"} 1"
+        );
+        assert_eq!(samples(&out, "node_filesystem_purgeable_bytes").len(), 4);
+        // Families in node_exporter's sorted order, each once.
+        let families: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let mut sorted = families.clone();
+        sorted.sort();
+        assert_eq!(families, sorted);
+        assert_eq!(families.len(), 9);
+    }
+
+    #[test]
+    fn rootfs_prefix_is_stripped_from_labels() {
+        // A container without the host's PID namespace sees the host's
+        // mounts under the rootfs path in its own table.
+        let t = Trees::new(None, None, &["boot"]);
+        let root = t.dir.path().join("root");
+        let table = format!(
+            "1 0 8:1 / {r} rw - ext4 /dev/sda1 rw\n2 1 8:2 / {r}/boot rw - ext4 /dev/sda2 rw\n3 1 8:3 / /boot rw - ext4 /dev/sda3 rw\n",
+            r = root.display()
+        );
+        std::fs::create_dir_all(t.dir.path().join("proc/1")).unwrap();
+        std::fs::write(t.dir.path().join("proc/1/mountinfo"), table).unwrap();
+        let out = render(build(&t.settings()).as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert_eq!(errors.len(), 3, "{out}");
+        assert!(errors[0].contains("mountpoint=\"/\"} 0"), "{errors:?}");
+        assert!(errors[1].contains("mountpoint=\"/boot\"} 0"), "{errors:?}");
+        // The host's own view (hostPID): /boot is stat'ed as ROOTFS/boot.
+        assert!(errors[2].contains("mountpoint=\"/boot\"} 0"), "{errors:?}");
+    }
+
+    #[test]
+    fn falls_back_to_self_when_pid_1_is_hidden() {
+        let own = "1 0 8:1 / / rw - ext4 /dev/own rw\n";
+        let t = Trees::new(None, Some(own), &[]);
+        let out = render(build(&t.settings()).as_mut()).unwrap();
+        assert!(out.contains("device=\"/dev/own\""), "{out}");
+        let t = Trees::new(Some("1 0 8:1 / / rw - ext4 /dev/init rw\n"), Some(own), &[]);
+        let out = render(build(&t.settings()).as_mut()).unwrap();
+        assert!(out.contains("device=\"/dev/init\"") && !out.contains("/dev/own"));
+        // Neither: an error naming the file, as node_exporter's.
+        let t = Trees::new(None, None, &[]);
+        let e = render(build(&t.settings()).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("1/mountinfo"), "{e}");
+        // A bad fallback names the fallback.
+        let t = Trees::new(None, Some("garbage\n"), &[]);
+        let e = render(build(&t.settings()).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("self/mountinfo") && e.line == Some(1), "{e}");
+    }
+
+    #[test]
+    fn include_flags_replace_the_excludes() {
+        let t = Trees::new(Some(TABLE), None, &["data"]);
+        let mut s = t.settings();
+        let re = |r: &str| Some(FlagValue::Regex(Regex::new(r).unwrap()));
+        s.set(MOUNT_POINTS_INCLUDE, re("^/(proc|data)$"));
+        s.set(FS_TYPES_INCLUDE, re("^(proc|xfs)$"));
+        let out = render(build(&s).as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert_eq!(errors.len(), 2, "{out}");
+        assert!(errors[0].contains("mountpoint=\"/proc\""));
+        assert!(errors[1].contains("mountpoint=\"/data\""));
+    }
+
+    #[test]
+    fn table_changes_are_seen_and_a_bad_table_fails() {
+        let t = Trees::new(Some(TABLE), None, &["data"]);
+        let mut c = build(&t.settings());
+        let first = render(c.as_mut()).unwrap();
+        assert!(first.contains("mountpoint=\"/data\""));
+        let path = t.dir.path().join("proc/1/mountinfo");
+        std::fs::write(&path, "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n").unwrap();
+        let second = render(c.as_mut()).unwrap();
+        assert!(!second.contains("/data"), "{second}");
+        std::fs::write(&path, "1 0 8:1 / / rw - ext4\n").unwrap();
+        let e = render(c.as_mut()).unwrap_err();
+        assert_eq!((e.file.as_path(), e.line), (path.as_path(), Some(1)));
+        std::fs::write(&path, TABLE).unwrap();
+        // The same series again (free space may have moved meanwhile).
+        let names = |out: &str| -> Vec<String> {
+            out.lines()
+                .map(|l| l.rsplit_once(' ').map_or(l, |(s, _)| s).to_string())
+                .collect()
+        };
+        let again = render(c.as_mut()).unwrap();
+        assert_eq!(names(&again), names(&first));
+        assert_eq!(
+            samples(&again, "node_filesystem_device_error"),
+            samples(&first, "node_filesystem_device_error")
+        );
+    }
+
+    #[test]
+    fn captured_fixture_with_an_absent_rootfs() {
+        // What the golden test sees: every mount fails with ENOENT.
+        let mut s = Settings::with_roots(fixture("proc"), "/nonexistent");
+        s.rootfs = Path::new("/nonexistent/usescope-rootfs").into();
+        let out = render(build(&s).as_mut()).unwrap();
+        let errors = samples(&out, "node_filesystem_device_error");
+        assert!(!errors.is_empty());
+        assert!(errors.iter().all(|l| l.contains("no such file or directory") && l.ends_with(" 1")));
+        assert!(!out.contains("node_filesystem_size_bytes"));
+        assert!(!out.contains("mountpoint=\"/proc\""), "excluded by default");
+        assert!(!out.contains("fstype=\"nsfs\""), "excluded by default");
+    }
+}

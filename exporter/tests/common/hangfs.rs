@@ -1,0 +1,83 @@
+//! A real hung mount for tests: tests/tools/hangfs.py, a FUSE filesystem
+//! (Debian's python3-fusepy) whose reads and statfs never answer. Stop its
+//! server (SIGSTOP) and every request waits in the kernel, killably; leave
+//! it running and the request it has taken waits uninterruptibly.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HANGFS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/hangfs.py");
+
+pub const SIGSTOP: i32 = 19;
+pub const SIGTERM: i32 = 15;
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Sends `sig` to `pid` (a child of the test).
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: signalling a child of ours by its pid.
+    unsafe { kill(pid as i32, sig) };
+}
+
+/// A mounted hangfs and its server process; unmounted and killed on drop,
+/// also when the test fails.
+pub struct HungMount {
+    pub dir: PathBuf,
+    pub server: Child,
+}
+
+impl HungMount {
+    /// None (after a skip line) when FUSE cannot be had and this is not CI.
+    pub fn mount(test: &str, dir: PathBuf) -> Option<HungMount> {
+        if !super::can_run_bpf(test) {
+            return None;
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        let server = Command::new("/usr/bin/python3")
+            .arg(HANGFS)
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "start hangfs.py (needs Debian's python3-fusepy; scripts/setup.sh installs it)",
+            );
+        let m = HungMount { dir, server };
+        let end = Instant::now() + Duration::from_secs(10);
+        while !m.is_mounted_for("self") {
+            assert!(
+                Instant::now() < end,
+                "hangfs did not mount {} (python3-fusepy, /dev/fuse and root are needed)",
+                m.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(m)
+    }
+
+    /// Whether the mount shows in /proc/PID/mountinfo (`self`, `1`).
+    pub fn is_mounted_for(&self, pid: &str) -> bool {
+        let target = self.dir.to_string_lossy().into_owned();
+        std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(target.as_str()))
+    }
+
+    pub fn signal(&self, sig: i32) {
+        signal(self.server.id(), sig);
+    }
+}
+
+impl Drop for HungMount {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped server too; its connection closes and every
+        // request still waiting on it fails, so nothing stays stuck.
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
