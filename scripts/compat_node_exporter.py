@@ -47,7 +47,9 @@ NETSTAT_FIELDS = (r"^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(6|Ext)_(InOctets|Out
 # entry is a regular expression over family names. docs/node-exporter-compat.md
 # explains them for users.
 KNOWN_GAPS = {
-    r"node_scrape_collector_(success|duration_seconds)": None,  # compared per collector below, not as a gap
+    r"node_selinux_enabled|node_selinux_(config|current)_mode":
+        "the selinux collector is not built yet (the next collectors issue); "
+        "node_exporter reports 0 on every host without SELinux, as here",
 }
 
 # Families whose values legitimately differ between two reads a moment apart.

@@ -33,6 +33,9 @@ step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
 step "cargo test" cargo test --locked -q
 step "release build" cargo build --locked --release -q
+step "node_exporter compatibility: defaults against defaults, live host and fixture trees" \
+  python3 scripts/compat_node_exporter.py --usescope target/release/usescope \
+  --node-exporter "$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin/node_exporter"
 step "load: 100 concurrent scrapers for 60 s (wrk)" env USESCOPE_BIN=target/release/usescope tests/load/load_test.py
 [ -x alerts/test.sh ] && step "rules and alertmanager config (promtool, amtool)" alerts/test.sh
 step "fleet packaging (systemd-analyze, kubernetes-validate)" deploy/test.sh

@@ -27,6 +27,7 @@ run() {
 # The e2e queries read the checked-in dashboards: they must match generate.py.
 run python3 dashboards/generate.py --check
 run python3 tests/e2e/alerts_fire.py
+run python3 tests/e2e/node_alerts_fire.py
 run python3 tests/e2e/queries_run.py
 
 echo "e2e: $passed passed, $failed failed"
