@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""usescope against node_exporter, each with its DEFAULT collector set, on
+this host: what an operator who swaps one for the other pays.
+
+  bench/defaults.py [--rounds 500] [--usescope PATH] [--node-exporter PATH]
+
+Both listen on 127.0.0.1 (usescope's probes off, so the comparison is /proc
+and /sys against /proc and /sys). Each round scrapes usescope once, then
+node_exporter once, on one keep-alive connection each. Reported:
+  - CPU per scrape: the process's own on-CPU time from
+    /proc/PID/task/*/schedstat over the rounds, divided by the rounds;
+  - peak RSS (VmHWM) after the rounds;
+  - usescope's per-collector cost: the mean of its own
+    node_scrape_collector_duration_seconds over the rounds (wall time
+    inside the collector, for the new collectors one by one).
+"""
+import argparse
+import http.client
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_ns(pid):
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+def hwm_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1))
+
+
+def start(argv, port):
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.time() + 30
+    while time.time() < end:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("GET", "/metrics")
+            c.getresponse().read()
+            return p, c
+        except OSError:
+            time.sleep(0.2)
+    sys.exit(f"{argv[0]} did not answer")
+
+
+def scrape(conn):
+    conn.request("GET", "/metrics")
+    return conn.getresponse().read().decode()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=500)
+    ap.add_argument("--usescope", default=os.path.join(ROOT, "target/release/usescope"))
+    ap.add_argument("--node-exporter", default=os.path.expanduser("~/go/bin/node_exporter"))
+    a = ap.parse_args()
+    up, np_ = free_port(), free_port()
+    us, uc = start([a.usescope, f"--web.listen-address=127.0.0.1:{up}",
+                    "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"], up)
+    ne, nc = start([a.node_exporter, f"--web.listen-address=127.0.0.1:{np_}"], np_)
+    try:
+        for _ in range(20):
+            scrape(uc), scrape(nc)
+        durations = {}
+        u0, n0 = cpu_ns(us.pid), cpu_ns(ne.pid)
+        ubytes = nbytes = 0
+        for _ in range(a.rounds):
+            text = scrape(uc)
+            ubytes = len(text)
+            for m in re.finditer(r'^node_scrape_collector_duration_seconds\{collector="([^"]+)"\} (\S+)$', text, re.M):
+                durations.setdefault(m.group(1), []).append(float(m.group(2)))
+            nbytes = len(scrape(nc))
+        u1, n1 = cpu_ns(us.pid), cpu_ns(ne.pid)
+        u_cpu = (u1 - u0) / a.rounds / 1000
+        n_cpu = (n1 - n0) / a.rounds / 1000
+        print(f"rounds {a.rounds}; machine {os.uname().machine}, {os.cpu_count()} CPUs, kernel {os.uname().release}")
+        print("| | usescope | node_exporter | ratio |")
+        print("|---|---|---|---|")
+        print(f"| CPU per scrape, default collectors | {u_cpu:.0f} µs | {n_cpu:.0f} µs | 1/{n_cpu / u_cpu:.1f} |")
+        print(f"| peak RSS (VmHWM) | {hwm_kb(us.pid) / 1024:.1f} MB | {hwm_kb(ne.pid) / 1024:.1f} MB | |")
+        print(f"| bytes per scrape | {ubytes} | {nbytes} | |")
+        print()
+        print("| usescope collector | mean wall time per scrape |")
+        print("|---|---|")
+        for name, v in sorted(durations.items(), key=lambda kv: -statistics.mean(kv[1])):
+            print(f"| {name} | {statistics.mean(v) * 1e6:.0f} µs |")
+    finally:
+        for p in (us, ne):
+            p.terminate()
+            p.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
