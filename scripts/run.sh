@@ -7,4 +7,10 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release --locked -q
-exec target/release/usescope "$@"
+# As root, drop to nobody once the probes are attached (docs/security.md),
+# unless the command line names a --runtime.user of its own.
+extra=()
+if [ "$(id -u)" = 0 ] && ! printf '%s\n' "$@" | grep -q '^--runtime.user'; then
+  extra=(--runtime.user=nobody)
+fi
+exec target/release/usescope "${extra[@]}" "$@"
