@@ -38,6 +38,7 @@ macro_rules! registry {
 
 registry! {
     cpu,
+    cpufreq,
     stat,
     softirqs,
     loadavg,
