@@ -50,35 +50,35 @@ pub const SPEC: Spec = Spec {
     sources: &[
         Source::sys("devices/system/cpu/offline", "cpufreq_offline"),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy0/cpuinfo_cur_freq",
+            "devices/system/cpu/cpu0/cpufreq/cpuinfo_cur_freq",
             "cpufreq_khz",
         ),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy0/cpuinfo_min_freq",
+            "devices/system/cpu/cpu0/cpufreq/cpuinfo_min_freq",
             "cpufreq_khz",
         ),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy0/cpuinfo_max_freq",
+            "devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq",
             "cpufreq_khz",
         ),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy0/cpuinfo_transition_latency",
+            "devices/system/cpu/cpu0/cpufreq/cpuinfo_transition_latency",
             "cpufreq_khz",
         ),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy0/scaling_cur_freq",
+            "devices/system/cpu/cpu0/cpufreq/scaling_cur_freq",
             "cpufreq_khz",
         ),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy0/scaling_min_freq",
+            "devices/system/cpu/cpu0/cpufreq/scaling_min_freq",
             "cpufreq_khz",
         ),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy0/scaling_max_freq",
+            "devices/system/cpu/cpu0/cpufreq/scaling_max_freq",
             "cpufreq_khz",
         ),
         Source::sys(
-            "devices/system/cpu/cpufreq/policy1/cpuinfo_avg_freq",
+            "devices/system/cpu/cpu1/cpufreq/cpuinfo_avg_freq",
             "cpufreq_khz",
         ),
     ],
