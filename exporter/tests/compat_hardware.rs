@@ -388,10 +388,23 @@ fn cpufreq_and_power_supply_match_node_exporter() {
         "--collector.powersupplyclass".to_string(),
     ];
     let (n, u) = both(&ne, &args);
-    assert!(n.samples.contains_key("node_cpu_scaling_governor{cpu=\"0\",governor=\"schedutil\"}"));
-    assert!(n.samples.contains_key("node_cpu_frequency_avg_hertz{cpu=\"1\"}"));
-    assert!(n.samples.contains_key("node_power_supply_online{power_supply=\"AC\"}"));
-    assert!(n.samples.keys().any(|k| k.starts_with("node_power_supply_info{")));
+    assert!(
+        n.samples
+            .contains_key("node_cpu_scaling_governor{cpu=\"0\",governor=\"schedutil\"}")
+    );
+    assert!(
+        n.samples
+            .contains_key("node_cpu_frequency_avg_hertz{cpu=\"1\"}")
+    );
+    assert!(
+        n.samples
+            .contains_key("node_power_supply_online{power_supply=\"AC\"}")
+    );
+    assert!(
+        n.samples
+            .keys()
+            .any(|k| k.starts_with("node_power_supply_info{"))
+    );
     assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
 
     let args = vec![
@@ -401,7 +414,10 @@ fn cpufreq_and_power_supply_match_node_exporter() {
     ];
     let (n, u) = both(&ne, &args);
     assert!(!n.samples.keys().any(|k| k.contains("BAT0")));
-    assert!(n.samples.contains_key("node_power_supply_online{power_supply=\"AC\"}"));
+    assert!(
+        n.samples
+            .contains_key("node_power_supply_online{power_supply=\"AC\"}")
+    );
     assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
 }
 
@@ -436,11 +452,16 @@ fn cpu_frequency_family_is_written_once() {
             .filter(|l| *l == "# TYPE node_cpu_frequency_hertz gauge")
             .count();
         assert_eq!(types, 1, "{who}:\n{text}");
-        assert!(text.contains("node_cpu_frequency_max_hertz{cpu=\"0\"}"), "{who}");
+        assert!(
+            text.contains("node_cpu_frequency_max_hertz{cpu=\"0\"}"),
+            "{who}"
+        );
     }
     let text = us.scrape();
     assert!(
-        text.contains("# HELP node_cpu_frequency_hertz CPU frequency in hertz from /proc/cpuinfo.\n"),
+        text.contains(
+            "# HELP node_cpu_frequency_hertz CPU frequency in hertz from /proc/cpuinfo.\n"
+        ),
         "{text}"
     );
     assert!(us.stop().success());
