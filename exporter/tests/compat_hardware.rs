@@ -1,6 +1,7 @@
 //! node_exporter and usescope on the same fixture trees: the same families
 //! (HELP and TYPE), label sets and values for textfile, hwmon,
-//! thermal_zone, edac, nvme and diskstats' udev families. The differences that remain
+//! thermal_zone, edac, nvme, cpufreq, powersupplyclass and diskstats' udev
+//! families. The differences that remain
 //! are listed here, each with its reason, and asserted exactly: a new
 //! difference fails, and so does one that went away.
 //!
@@ -374,4 +375,94 @@ fn textfile_conflict_differences_are_the_listed_ones() {
             "+ shared_total{job=\"f\"}",
         ])
     );
+}
+
+#[test]
+fn cpufreq_and_power_supply_match_node_exporter() {
+    let Some(ne) = node_exporter("cpufreq_and_power_supply_match_node_exporter") else {
+        return;
+    };
+    let args = vec![
+        format!("--path.sysfs={}", fixture("sys").display()),
+        "--collector.cpufreq".to_string(),
+        "--collector.powersupplyclass".to_string(),
+    ];
+    let (n, u) = both(&ne, &args);
+    assert!(
+        n.samples
+            .contains_key("node_cpu_scaling_governor{cpu=\"0\",governor=\"schedutil\"}")
+    );
+    assert!(
+        n.samples
+            .contains_key("node_cpu_frequency_avg_hertz{cpu=\"1\"}")
+    );
+    assert!(
+        n.samples
+            .contains_key("node_power_supply_online{power_supply=\"AC\"}")
+    );
+    assert!(
+        n.samples
+            .keys()
+            .any(|k| k.starts_with("node_power_supply_info{"))
+    );
+    assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
+
+    let args = vec![
+        format!("--path.sysfs={}", fixture("sys").display()),
+        "--collector.powersupplyclass".to_string(),
+        "--collector.powersupply.ignored-supplies=^BAT".to_string(),
+    ];
+    let (n, u) = both(&ne, &args);
+    assert!(!n.samples.keys().any(|k| k.contains("BAT0")));
+    assert!(
+        n.samples
+            .contains_key("node_power_supply_online{power_supply=\"AC\"}")
+    );
+    assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
+}
+
+/// `node_cpu_frequency_hertz` is both cpu's (/proc/cpuinfo, with
+/// `--collector.cpu.info`) and cpufreq's. node_exporter keeps whichever
+/// arrives first and drops the other; usescope writes cpu's and leaves
+/// cpufreq's out. Either way: one family, written once.
+#[test]
+fn cpu_frequency_family_is_written_once() {
+    let Some(ne) = node_exporter("cpu_frequency_family_is_written_once") else {
+        return;
+    };
+    let args = [
+        format!("--path.procfs={}", fixture("proc").display()),
+        format!("--path.sysfs={}", fixture("sys").display()),
+        "--collector.cpu".to_string(),
+        "--collector.cpu.info".to_string(),
+        "--collector.cpufreq".to_string(),
+    ];
+    let ne = NodeExporter::start(&ne, &args);
+    let mut us_args = vec![
+        "--collector.disable-defaults",
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ];
+    us_args.extend(args.iter().map(String::as_str));
+    let us = Daemon::start(&us_args);
+    for (who, text) in [("node_exporter", ne.scrape()), ("usescope", us.scrape())] {
+        let types = text
+            .lines()
+            .filter(|l| *l == "# TYPE node_cpu_frequency_hertz gauge")
+            .count();
+        assert_eq!(types, 1, "{who}:\n{text}");
+        assert!(
+            text.contains("node_cpu_frequency_max_hertz{cpu=\"0\"}"),
+            "{who}"
+        );
+    }
+    let text = us.scrape();
+    assert!(
+        text.contains(
+            "# HELP node_cpu_frequency_hertz CPU frequency in hertz from /proc/cpuinfo.\n"
+        ),
+        "{text}"
+    );
+    assert!(us.stop().success());
 }

@@ -28,7 +28,8 @@
 //!
 //! Differences from node_exporter: `node_cpu_frequency_hertz` comes with
 //! `--collector.cpu.info` alone (node_exporter also wants its cpufreq
-//! collector enabled, which it is by default; usescope has none); a
+//! collector enabled, which it is by default); the cpufreq collector then
+//! leaves its family of the same name out (see cpufreq.rs); a
 //! `cpuN/online` file holding anything but 0 or 1 fails the collector
 //! instead of reading as offline; isolated CPUs are read at every scrape,
 //! not once at start-up. /proc/cpuinfo is parsed with procfs's x86 rules on

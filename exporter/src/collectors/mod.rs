@@ -38,6 +38,7 @@ macro_rules! registry {
 
 registry! {
     cpu,
+    cpufreq,
     stat,
     softirqs,
     loadavg,
@@ -71,6 +72,7 @@ registry! {
     thermal_zone,
     edac,
     nvme,
+    powersupplyclass,
     // Last: it checks its families against everything written before it.
     textfile,
 }
@@ -539,6 +541,11 @@ mod registry_tests {
                 }
             }
             let prefix = format!("collector.{}.", spec.name);
+            // node_exporter's own name, kept for compatibility.
+            let prefix = match spec.name {
+                "powersupplyclass" => "collector.powersupply.".to_string(),
+                _ => prefix,
+            };
             for f in spec.flags {
                 assert!(
                     f.name.starts_with(&prefix),
