@@ -118,7 +118,10 @@ impl Scraper {
                 // by the panic hook). Its state is whatever it left; keep
                 // going rather than losing it for good.
                 Err(TryLockError::Poisoned(p)) => self.run_one(e, &mut **p.into_inner(), &mut enc),
-                Err(TryLockError::WouldBlock) => self.still_inside(e),
+                Err(TryLockError::WouldBlock) => match self.wait_for_a_moment(e) {
+                    Some(mut c) => self.run_one(e, &mut **c, &mut enc),
+                    None => self.still_inside(e),
+                },
             };
             if result.is_err() {
                 enc.truncate(mark);
@@ -160,6 +163,26 @@ impl Scraper {
         (result, start.elapsed().as_secs_f64())
     }
 
+    /// The collector's lock is held by another scrape. That is normal for a
+    /// moment (a scrape whose client hung up keeps running until it
+    /// notices), so wait while the holder has been inside for less than
+    /// [`STUCK_AFTER`]; past that it is a read that does not return.
+    fn wait_for_a_moment<'e>(&self, e: &'e Entry) -> Option<MutexGuard<'e, Box<dyn Collector>>> {
+        loop {
+            match e.collector.try_lock() {
+                Ok(c) => return Some(c),
+                Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            let entered = e.entered_at.load(Ordering::Relaxed);
+            let inside = self.now_ms().saturating_sub(entered.saturating_sub(1));
+            if entered != 0 && inside >= STUCK_AFTER.as_millis() as u64 {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// The collector's lock is held by a scrape that was abandoned at its
     /// deadline and is still inside: report it failed without waiting.
     fn still_inside(&self, e: &Entry) -> (Result<(), CollectError>, f64) {
@@ -181,6 +204,11 @@ impl Scraper {
         self.epoch.elapsed().as_millis() as u64 + 1
     }
 }
+
+/// How long a scrape may have been inside a collector before a later scrape
+/// stops waiting for it and reports the collector stuck. Far above any
+/// real collector (milliseconds) and below any useful scrape deadline.
+const STUCK_AFTER: Duration = Duration::from_millis(500);
 
 /// Marks a collector as entered for as long as it lives, unwinding included.
 struct Inside<'a>(&'a AtomicU64);
@@ -233,4 +261,75 @@ fn record(status: &mut CollectorStatus, result: Result<(), CollectError>, second
 /// a read; a poisoned one (a panic elsewhere) still holds valid data.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A collector that takes `delay` and writes one gauge.
+    struct Slow {
+        delay: Duration,
+    }
+
+    const UP: Desc = Desc::gauge("test_up", "Whether the slow collector ran.");
+
+    impl Collector for Slow {
+        fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+            std::thread::sleep(self.delay);
+            enc.family(&UP);
+            enc.sample(&UP, &[], 1u64);
+            Ok(())
+        }
+    }
+
+    fn scraper_with(delay: Duration) -> Arc<Scraper> {
+        let mut s = Scraper::new(SelfMetrics::new());
+        s.add("slow", Box::new(Slow { delay }));
+        Arc::new(s)
+    }
+
+    fn success(out: &[u8]) -> bool {
+        String::from_utf8_lossy(out).contains("node_scrape_collector_success{collector=\"slow\"} 1")
+    }
+
+    /// A scrape that meets a collector another scrape is briefly inside
+    /// (its client hung up, so the two overlap) waits for it: no false
+    /// "stuck".
+    #[test]
+    fn a_collector_busy_for_a_moment_is_waited_for() {
+        let s = scraper_with(Duration::from_millis(150));
+        let first = std::thread::spawn({
+            let s = s.clone();
+            move || s.scrape(Format::PrometheusText)
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        let second = s.scrape(Format::PrometheusText);
+        assert!(success(&second), "{}", String::from_utf8_lossy(&second));
+        assert!(success(&first.join().unwrap()));
+    }
+
+    /// Inside for longer than STUCK_AFTER: the next scrape reports it and
+    /// goes on without waiting for the read to return.
+    #[test]
+    fn a_collector_stuck_past_the_limit_is_skipped() {
+        let s = scraper_with(STUCK_AFTER + Duration::from_millis(1500));
+        let _first = std::thread::spawn({
+            let s = s.clone();
+            move || s.scrape(Format::PrometheusText)
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        let start = Instant::now();
+        let second = s.scrape(Format::PrometheusText);
+        let took = start.elapsed();
+        assert!(!success(&second));
+        assert!(took < STUCK_AFTER + Duration::from_millis(400), "{took:?}");
+        let status = &s.statuses()[0];
+        assert!(
+            status.last_error.as_deref().unwrap_or("").contains("stuck"),
+            "{status:?}"
+        );
+        assert_eq!(s.stuck(STUCK_AFTER).map(|(n, _)| n), Some("slow"));
+    }
 }

@@ -253,6 +253,10 @@ async fn body_for(
         let abandoned = abandoned.clone();
         async move { st.encode(format, gzip, &abandoned) }
     });
+    // If this request goes away first (its client hung up, so hyper drops
+    // it), the scrape stops at its next collector instead of running on
+    // beside the next request's.
+    let _stop = StopOnDrop(abandoned.clone());
     match tokio::time::timeout_at(give_up, task).await {
         Ok(Ok(Ok(body))) => {
             latest.store(format, gzip, started, body.clone());
@@ -271,6 +275,16 @@ async fn body_for(
             abandoned.store(true, Ordering::Relaxed);
             Err(deadline_exceeded(st, "in a collector"))
         }
+    }
+}
+
+/// Sets the flag when dropped; after the scrape has finished that changes
+/// nothing.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
