@@ -116,7 +116,8 @@ def main():
 
     proc, sys_root = work / "proc", work / "sys"
     shutil.copytree(h.REPO / "exporter/tests/fixtures/proc", proc)
-    shutil.copytree(h.REPO / "exporter/tests/fixtures/sys", sys_root)
+    # sysfs is made of links, some of them pointing back up (device/power_supply).
+    shutil.copytree(h.REPO / "exporter/tests/fixtures/sys", sys_root, symlinks=True)
     write(proc / "sys/fs/file-nr", "9500\t0\t10000\n")
     write(proc / "mdstat", MDSTAT)
     write(sys_root / "class/net/bonding_masters", "bond0 bond1\n")
