@@ -30,6 +30,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -71,11 +72,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def spawn(argv):
+    """Starts a process whose stderr goes to a temporary file (a pipe that
+    nobody reads would block a chatty process), kept for error reports."""
+    errfile = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stderr=errfile)
+    proc.errfile = errfile
+    return proc
+
+
 def wait_scrape(url, proc, timeout=30):
     end = time.time() + timeout
     while time.time() < end:
         if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            proc.errfile.seek(0)
+            err = proc.errfile.read().decode(errors="replace")[-2000:]
             sys.exit(f"{url} ({proc.args[0]}): exited with {proc.returncode}\n{err}")
         try:
             with urllib.request.urlopen(url, timeout=10) as r:
@@ -112,12 +123,11 @@ def parse(text):
 
 def scrape_both(us_bin, ne_bin, paths):
     up, np_ = free_port(), free_port()
-    us = subprocess.Popen([us_bin, f"--web.listen-address=127.0.0.1:{up}",
-                           "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops", *paths],
-                          stderr=subprocess.PIPE)
-    ne = subprocess.Popen([ne_bin, f"--web.listen-address=127.0.0.1:{np_}",
-                           f"--collector.vmstat.fields={VMSTAT_FIELDS}", f"--collector.netstat.fields={NETSTAT_FIELDS}",
-                           *paths], stderr=subprocess.PIPE)
+    us = spawn([us_bin, f"--web.listen-address=127.0.0.1:{up}",
+                "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops", *paths])
+    ne = spawn([ne_bin, f"--web.listen-address=127.0.0.1:{np_}",
+                f"--collector.vmstat.fields={VMSTAT_FIELDS}", f"--collector.netstat.fields={NETSTAT_FIELDS}",
+                *paths])
     try:
         u = wait_scrape(f"http://127.0.0.1:{up}/metrics", us)
         n = wait_scrape(f"http://127.0.0.1:{np_}/metrics", ne)
