@@ -142,8 +142,14 @@ fn assert_scrapes_skip(d: &Daemon, mount: &Path) {
 
 /// The server is stopped: statfs waits killably. SIGTERM ends the daemon
 /// within 5 s, with a thread still inside the call.
+/// One test at a time: each daemon reads the host's real mountinfo, so it
+/// would also call statfs on the other test's hung mount, and a call that
+/// the holding server has taken keeps a thread, and so the process, alive.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn stopped_fuse_server_times_out_one_mount_and_sigterm_exits() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // The daemon first, so that the mount is dropped (released) first if
     // the test fails: a daemon stuck in it could not be reaped before.
     let dir = mount_dir("stop");
@@ -172,6 +178,7 @@ fn stopped_fuse_server_times_out_one_mount_and_sigterm_exits() {
 /// shutdown finishes, and the process is gone once the mount is released.
 #[test]
 fn fuse_server_holding_statfs_times_out_one_mount() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = mount_dir("hold");
     let mut d = start(&dir);
     let Some(mount) = hung_mount("fuse_server_holding_statfs_times_out_one_mount", dir) else {

@@ -137,9 +137,23 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Kills the daemon and reaps it, waiting at most 10 s: a daemon with a
+    /// thread stuck in a FUSE request its server already took cannot be
+    /// reaped until that server goes, and a test that is failing must not
+    /// hang forever before its other guards (the mount) are dropped.
     fn drop(&mut self) {
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "usescope pid {} could not be reaped within 10 s",
+            self.child.id()
+        );
     }
 }
 
