@@ -501,6 +501,11 @@ fn failed_logins_are_logged_with_the_peer_at_most_once_a_second() {
             .and_then(|n| n.parse::<u64>().ok())
             .is_some_and(|n| n > 0)
     };
+    // The log reaches us through a pipe and a reader thread: wait for it.
+    let end = Instant::now() + Duration::from_secs(5);
+    while !d.log().iter().any(counted) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         d.log().iter().any(counted),
         "no count of suppressed failures:\n{}",
