@@ -148,7 +148,12 @@ fn read(path: &Path) -> Result<RawConfig, String> {
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
     }
-    serde_yaml::from_str(&text).map_err(|e| at(path, format!("invalid YAML: {e}")))
+    // No source snippet in the message: the lines around an error may hold
+    // a password hash, and errors go to the log. The message still names
+    // the field, line and column.
+    let options = serde_saphyr::options! { with_snippet: false };
+    serde_saphyr::from_str_with_options(&text, options)
+        .map_err(|e| at(path, format!("invalid YAML: {e}")))
 }
 
 impl RawConfig {
@@ -407,13 +412,38 @@ mod tests {
 
     #[test]
     fn unknown_field_and_bad_yaml() {
+        let e = load_str("tls_server_config:\n  certfile: x\n")
+            .err()
+            .unwrap();
         assert!(
-            load_str("tls_server_config:\n  certfile: x\n")
-                .err()
-                .unwrap()
-                .contains("invalid YAML")
+            e.contains("invalid YAML") && e.contains("`certfile`") && e.contains("line 2, column 3"),
+            "{e}"
         );
+        let e = load_str("tls_server_config: [unclosed").err().unwrap();
+        assert!(e.contains("invalid YAML") && e.contains("line 1"), "{e}");
         assert!(load_str("::: [").err().unwrap().contains("invalid YAML"));
+    }
+
+    /// exporter-toolkit (Go's strict YAML decoding) refuses a user listed
+    /// twice; silently keeping the last hash would hide an edit mistake.
+    #[test]
+    fn duplicate_user_is_refused() {
+        let h = bcrypt::hash("pw", 4).unwrap();
+        let e = load_str(&format!("basic_auth_users:\n  a: '{h}'\n  a: '{h}'\n"))
+            .err()
+            .unwrap();
+        assert!(e.contains("duplicate") && e.contains("line 3"), "{e}");
+    }
+
+    /// A YAML error is one log line and does not quote the file's other
+    /// lines, which may hold password hashes.
+    #[test]
+    fn yaml_errors_are_one_line_without_the_file_text() {
+        let e = load_str("basic_auth_users:\n  alice: secrethash\nhttp_server_config: [\n")
+            .err()
+            .unwrap();
+        assert!(e.contains("invalid YAML"), "{e}");
+        assert!(!e.contains('\n') && !e.contains("secrethash"), "{e}");
     }
 
     #[test]
