@@ -53,4 +53,12 @@ if ! "$gobin/node_exporter" --help >/dev/null 2>&1; then
   (cd /tmp && go install "github.com/prometheus/node_exporter@$NODE_EXPORTER_VERSION")
 fi
 
+# cargo-machete, the unused-dependency check of scripts/check_dependencies.sh,
+# from crates.io (about 2.5 minutes to build the first time).
+CARGO_MACHETE_VERSION=0.9.2
+if [ "$(cargo machete --version 2>/dev/null)" != "$CARGO_MACHETE_VERSION" ]; then
+  echo "setup: installing cargo-machete $CARGO_MACHETE_VERSION with cargo install"
+  cargo install --locked --quiet cargo-machete --version "$CARGO_MACHETE_VERSION"
+fi
+
 echo "setup: ok ($(rustc --version), $(clang --version | head -1))"
