@@ -31,6 +31,7 @@ step() {
 
 step "cargo fmt" cargo fmt --all -- --check
 step "dependencies: none unused (cargo-machete), none deprecated" scripts/check_dependencies.sh
+step "references: every file the docs and comments name exists" python3 scripts/check_references.py
 step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
 step "cargo test" cargo test --locked -q
 step "release build" cargo build --locked --release -q
