@@ -2,7 +2,8 @@
 """Fails when the docs or a code comment name a repository file that does not exist.
 
 What is checked, in every file git tracks (test fixtures excepted):
-  - Markdown (*.md): the whole text, and every relative link target.
+  - Markdown (*.md): the whole text, every relative link target, and the
+    #anchor of a link into a markdown file (GitHub's heading anchors).
   - Source and configuration files: their comments only (// and /* */ in
     Rust and C, # in Python, shell, YAML, TOML and Dockerfiles, -- in Lua;
     Python docstrings count as comments).
@@ -228,6 +229,27 @@ def resolves(ref, mentioned_in, paths):
     return any(pattern.match(p) for p in paths)
 
 
+def heading_anchors(path):
+    """GitHub's anchors for the headings of a markdown file."""
+    anchors = set()
+    fence = False
+    with open(os.path.join(ROOT, path), encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("```"):
+                fence = not fence
+            elif not fence and line.startswith("#"):
+                title = line.lstrip("#").strip().lower()
+                anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def anchor_exists(mentioned_in, target, anchor):
+    path = os.path.normpath(os.path.join(os.path.dirname(mentioned_in), target)) if target else mentioned_in
+    if not path.endswith(".md") or not os.path.isfile(os.path.join(ROOT, path)):
+        return True  # not a markdown file: nothing to check (a missing file is reported anyway)
+    return anchor in heading_anchors(path)
+
+
 def main():
     files = tracked_files()
     paths = set(files)
@@ -259,9 +281,13 @@ def main():
             refs = list(candidates(comment, top_level, exts))
             if kind == "markdown":
                 for link in MD_LINK.findall(comment):
-                    target = link.split("#")[0]
-                    if target and not re.match(r"^[a-z]+:", target):
+                    if re.match(r"^[a-z]+:", link):
+                        continue
+                    target, _, anchor = link.partition("#")
+                    if target:
                         refs.append(target)
+                    if anchor and not anchor_exists(f, target, anchor):
+                        problems.append(f"{f}:{n}: {link}: no heading with anchor #{anchor}")
             for ref in refs:
                 if (n, ref) in seen:
                     continue
