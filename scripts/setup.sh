@@ -61,4 +61,17 @@ if [ "$(cargo machete --version 2>/dev/null)" != "$CARGO_MACHETE_VERSION" ]; the
   cargo install --locked --quiet cargo-machete --version "$CARGO_MACHETE_VERSION"
 fi
 
+# grafana-foundation-sdk, which dashboards/generate.py builds the dashboards
+# with (tests/e2e/run.sh checks the checked-in JSON is what it generates),
+# from PyPI into a virtual environment of its own; generate.py finds it there.
+# The copy of requirements.txt in the venv records what was installed.
+dash_req="$(cd "$(dirname "$0")/.." && pwd)/dashboards/requirements.txt"
+dash_venv="${XDG_CACHE_HOME:-$HOME/.cache}/usescope/dashboards-venv"
+if ! cmp -s "$dash_req" "$dash_venv/requirements.txt"; then
+  echo "setup: installing dashboards/requirements.txt into $dash_venv"
+  python3 -m venv --clear "$dash_venv"
+  "$dash_venv/bin/pip" install --quiet --disable-pip-version-check -r "$dash_req"
+  cp "$dash_req" "$dash_venv/requirements.txt"
+fi
+
 echo "setup: ok ($(rustc --version), $(clang --version | head -1))"
