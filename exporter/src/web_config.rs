@@ -416,7 +416,9 @@ mod tests {
             .err()
             .unwrap();
         assert!(
-            e.contains("invalid YAML") && e.contains("`certfile`") && e.contains("line 2, column 3"),
+            e.contains("invalid YAML")
+                && e.contains("`certfile`")
+                && e.contains("line 2, column 3"),
             "{e}"
         );
         let e = load_str("tls_server_config: [unclosed").err().unwrap();
