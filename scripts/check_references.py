@@ -5,7 +5,8 @@ What is checked, in every file git tracks (test fixtures excepted):
   - Markdown (*.md): the whole text, every relative link target, and the
     #anchor of a link into a markdown file (GitHub's heading anchors).
   - Source and configuration files: their comments only (// and /* */ in
-    Rust and C, # in Python, shell, YAML, TOML and Dockerfiles, -- in Lua;
+    Rust and C, # in Python, shell, YAML, TOML, systemd units and
+    Dockerfiles, -- in Lua;
     Python docstrings count as comments).
 
 What counts as a reference to a repository file:
@@ -71,7 +72,7 @@ FORBIDDEN = ["../" + "shared", "DESIGN" + ".md", "SIGNALS" + ".md"]
 SKIP_PREFIXES = ("tests/fixtures/", "exporter/tests/fixtures/", "fuzz/corpus/")
 SKIP_FILES = {"ebpf-probes/vmlinux.h", "Cargo.lock", "fuzz/Cargo.lock"}
 
-HASH_COMMENT_EXTS = {".py", ".sh", ".yml", ".yaml", ".toml"}
+HASH_COMMENT_EXTS = {".py", ".sh", ".yml", ".yaml", ".toml", ".service"}
 SLASH_COMMENT_EXTS = {".rs", ".c", ".h"}
 
 
@@ -144,30 +145,25 @@ def comments(path, kind, text):
                 yield n, line[pos + 2 :]
     elif kind in ("hash", "lua"):
         marker = "#" if kind == "hash" else "--"
-        docstring = None
+        docstring = None  # the closing quotes while inside a Python docstring
         for n, line in enumerate(lines, 1):
-            if path.endswith(".py"):
-                if docstring:
-                    yield n, line
-                    if docstring in line:
-                        docstring = None
-                    continue
-                stripped = line.strip()
-                for q in ('"""', "'''"):
-                    if stripped.startswith(q):
-                        yield n, stripped[3:]
-                        if stripped.count(q) == 1:
-                            docstring = q
-                        break
-                else:
-                    pass
-                if stripped.startswith(('"""', "'''")):
-                    continue
+            stripped = line.strip()
+            if docstring:
+                yield n, line
+                if docstring in line:
+                    docstring = None
+                continue
+            if path.endswith(".py") and stripped.startswith(('"""', "'''")):
+                quotes = stripped[:3]
+                yield n, stripped[3:]
+                if stripped.count(quotes) == 1:
+                    docstring = quotes
+                continue
             bare = strip_strings(line, "\"'") if kind == "hash" else line
-            pos = bare.find(marker)
-            if pos == 0 or (pos > 0 and bare[pos - 1] in " \t"):
-                if not (pos == 0 and line.startswith("#!")):
-                    yield n, line[pos + len(marker) :]
+            # A comment starts a line or follows a blank (not `$#`, `${#a}`).
+            m = re.search(r"(?:^|[ \t])" + re.escape(marker), bare)
+            if m and not line.startswith("#!"):
+                yield n, line[m.end() :]
     else:
         yield from enumerate(lines, 1)
 
