@@ -251,30 +251,25 @@ def table(title, description, unit, expr):
     )
 
 
-def label_values(query):
-    """A template variable's values from a label of the exporter's series."""
-    return {"query": query, "refId": "variable"}
+def label_values(name, label, query):
+    """A template variable whose values are a label of the exporter's series."""
+    return (
+        db.QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query({"query": query, "refId": name})
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .include_all(False)
+        .multi(False)
+    )
 
 
 def variables():
     return [
         db.DatasourceVariable("datasource").label("Data source").type("prometheus").regex(""),
-        db.QueryVariable("job")
-        .label("Job")
-        .datasource(DS)
-        .query(label_values("label_values(node_scrape_collector_success, job)"))
-        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(dm.VariableSort.ALPHABETICAL_ASC)
-        .include_all(False)
-        .multi(False),
-        db.QueryVariable("instance")
-        .label("Instance")
-        .datasource(DS)
-        .query(label_values('label_values(node_scrape_collector_success{job="$job"}, instance)'))
-        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(dm.VariableSort.ALPHABETICAL_ASC)
-        .include_all(False)
-        .multi(False),
+        label_values("job", "Job", "label_values(node_scrape_collector_success, job)"),
+        label_values("instance", "Instance", 'label_values(node_scrape_collector_success{job="$job"}, instance)'),
     ]
 
 
