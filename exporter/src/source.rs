@@ -706,15 +706,24 @@ impl Dir {
 /// Whether `path` is on a real sysfs mount (statfs), for
 /// [`SourceFile::attribute`].
 pub fn is_sysfs(path: &Path) -> bool {
+    fs_magic(path) == Some(SYSFS_MAGIC)
+}
+
+/// Whether `path` is on a real procfs mount (statfs): the live kernel's
+/// files, not a fixture tree.
+pub fn is_procfs(path: &Path) -> bool {
+    fs_magic(path) == Some(PROC_SUPER_MAGIC)
+}
+
+/// statfs's `f_type` of the filesystem holding `path`.
+fn fs_magic(path: &Path) -> Option<i64> {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statfs is plain C data; all-zero is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a struct we own.
     let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == SYSFS_MAGIC
+    (rc == 0).then_some(st.f_type as i64)
 }
 
 /// Opens a directory for [`list_fd`].
