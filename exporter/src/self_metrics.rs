@@ -244,7 +244,7 @@ impl FdCounter {
     }
 
     fn count(&mut self) -> Option<u64> {
-        if self.counts % RECHECK_EVERY == 0 {
+        if self.counts.is_multiple_of(RECHECK_EVERY) {
             self.table = self.table_size()?;
         }
         self.counts = self.counts.wrapping_add(1);
