@@ -30,13 +30,6 @@ fn successes(expo: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
-
 /// Background scrapers that record every status code they see.
 struct Load {
     stop: Arc<AtomicBool>,
@@ -114,7 +107,8 @@ fn inject(
 #[test]
 fn faults_while_scraping() {
     let tree = copy_tree(&fixture("proc"));
-    let root = is_root();
+    let tree = tree.path();
+    let root = common::skip::is_root();
     // As root, run the daemon as nobody so file permissions apply to it.
     let mut args = vec![
         format!("--path.procfs={}", tree.display()),
@@ -192,7 +186,6 @@ fn faults_while_scraping() {
         statuses.iter().filter(|&&s| s != 200).collect::<Vec<_>>()
     );
     assert!(d.stop().success());
-    let _ = std::fs::remove_dir_all(&tree);
 }
 
 fn make_world_readable(dir: &Path) {

@@ -36,7 +36,10 @@ pub fn diff(left: &str, right: &str) -> Differences {
     let (ls, lh) = read(left);
     let (rs, rh) = read(right);
     let only = |a: &BTreeMap<&str, &str>, b: &BTreeMap<&str, &str>| {
-        a.keys().filter(|k| !b.contains_key(*k)).map(|k| k.to_string()).collect()
+        a.keys()
+            .filter(|k| !b.contains_key(*k))
+            .map(|k| k.to_string())
+            .collect()
     };
     let mut value_text = Vec::new();
     let mut value_number = 0;

@@ -34,7 +34,13 @@ use model::Chunk;
 #[global_allocator]
 static ALLOC: alloc_count::Counting = alloc_count::Counting;
 
-const VARIANTS: &[&str] = &["own-text", "own-openmetrics", "pc-plain", "pc-guarded", "collect"];
+const VARIANTS: &[&str] = &[
+    "own-text",
+    "own-openmetrics",
+    "pc-plain",
+    "pc-guarded",
+    "collect",
+];
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -49,7 +55,9 @@ fn main() {
             run_loop(&settings, variant, n);
         }
         _ => {
-            eprintln!("usage: encoder-compare report [--live] [--rounds N] | loop VARIANT N [--live]");
+            eprintln!(
+                "usage: encoder-compare report [--live] [--rounds N] | loop VARIANT N [--live]"
+            );
             eprintln!("variants: {}", VARIANTS.join(" "));
             std::process::exit(2);
         }
@@ -271,7 +279,8 @@ fn hazards() {
                 hazard_info{path=\"C:\\\\x\",name=\"say \\\"hi\\\"\"} 1\n\
                 # HELP hazard_big_bytes A u64 gauge.\n# TYPE hazard_big_bytes gauge\nhazard_big_bytes 18446744073709551615\n\
                 # HELP after_the_big_one Written after it.\n# TYPE after_the_big_one gauge\nafter_the_big_one 1\n";
-    let chunks: &'static [Chunk] = Box::leak(vec![model::parse("hazards", text).expect("valid")].into_boxed_slice());
+    let chunks: &'static [Chunk] =
+        Box::leak(vec![model::parse("hazards", text).expect("valid")].into_boxed_slice());
     let mut own_buf = Vec::new();
     own::encode(chunks, Format::OpenMetrics, &mut own_buf);
     let mut plain = String::new();

@@ -50,10 +50,14 @@ pub fn parse(collector: &'static str, text: &str) -> Result<Chunk, String> {
     for (n, line) in text.lines().enumerate() {
         let at = |cause: &str| format!("{collector} output line {}: {cause}: {line}", n + 1);
         if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (_, h) = rest.split_once(' ').ok_or_else(|| at("HELP without text"))?;
+            let (_, h) = rest
+                .split_once(' ')
+                .ok_or_else(|| at("HELP without text"))?;
             help = unescape(h, false);
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').ok_or_else(|| at("TYPE without type"))?;
+            let (name, kind) = rest
+                .split_once(' ')
+                .ok_or_else(|| at("TYPE without type"))?;
             let kind = match kind {
                 "counter" => MetricType::Counter,
                 "gauge" => MetricType::Gauge,
@@ -71,7 +75,9 @@ pub fn parse(collector: &'static str, text: &str) -> Result<Chunk, String> {
                 members: Vec::new(),
             });
         } else if !line.is_empty() && !line.starts_with('#') {
-            let family = families.last_mut().ok_or_else(|| at("sample before TYPE"))?;
+            let family = families
+                .last_mut()
+                .ok_or_else(|| at("sample before TYPE"))?;
             let (name, labels, value) = split_sample(line).ok_or_else(|| at("bad sample"))?;
             let suffix = name
                 .strip_prefix(family.name)
@@ -85,7 +91,12 @@ pub fn parse(collector: &'static str, text: &str) -> Result<Chunk, String> {
     })
 }
 
-fn add_member(family: &mut Family, suffix: &str, mut labels: Labels, value: &str) -> Result<(), String> {
+fn add_member(
+    family: &mut Family,
+    suffix: &str,
+    mut labels: Labels,
+    value: &str,
+) -> Result<(), String> {
     if family.kind != MetricType::Histogram {
         family.members.push(Member::Sample {
             suffix: leak(suffix.to_string()),
@@ -94,11 +105,17 @@ fn add_member(family: &mut Family, suffix: &str, mut labels: Labels, value: &str
         });
         return Ok(());
     }
-    let le = labels.iter().position(|(k, _)| *k == "le").map(|i| labels.remove(i).1);
+    let le = labels
+        .iter()
+        .position(|(k, _)| *k == "le")
+        .map(|i| labels.remove(i).1);
     let open = family.members.iter_mut().rev().find_map(|m| match m {
-        Member::Histogram { labels: l, buckets, sum, count } if *l == labels => {
-            Some((buckets, sum, count))
-        }
+        Member::Histogram {
+            labels: l,
+            buckets,
+            sum,
+            count,
+        } if *l == labels => Some((buckets, sum, count)),
         _ => None,
     });
     let (buckets, sum, count) = match open {
@@ -111,7 +128,12 @@ fn add_member(family: &mut Family, suffix: &str, mut labels: Labels, value: &str
                 count: 0,
             });
             match family.members.last_mut() {
-                Some(Member::Histogram { buckets, sum, count, .. }) => (buckets, sum, count),
+                Some(Member::Histogram {
+                    buckets,
+                    sum,
+                    count,
+                    ..
+                }) => (buckets, sum, count),
                 _ => unreachable!("just pushed a histogram"),
             }
         }
@@ -137,7 +159,10 @@ fn parse_value(v: &str) -> Result<Value, String> {
     match v {
         "+Inf" => Ok(Value::F64(f64::INFINITY)),
         "-Inf" => Ok(Value::F64(f64::NEG_INFINITY)),
-        _ => v.parse().map(Value::F64).map_err(|e| format!("value {v}: {e}")),
+        _ => v
+            .parse()
+            .map(Value::F64)
+            .map_err(|e| format!("value {v}: {e}")),
     }
 }
 
@@ -203,7 +228,11 @@ mod tests {
         assert_eq!(a.help, "x \\ y\nz");
         assert!(!a.help_plain);
         match &a.members[0] {
-            Member::Sample { suffix, labels, value } => {
+            Member::Sample {
+                suffix,
+                labels,
+                value,
+            } => {
                 assert_eq!(*suffix, "");
                 assert_eq!(labels, &vec![("k", "q\"\\"), ("l", "2")]);
                 assert_eq!(*value, Value::U64(7));
@@ -211,7 +240,14 @@ mod tests {
             Member::Histogram { .. } => panic!("a counter read as a histogram"),
         }
         match &chunk.families[1].members[..] {
-            [Member::Histogram { labels, buckets, sum, count }] => {
+            [
+                Member::Histogram {
+                    labels,
+                    buckets,
+                    sum,
+                    count,
+                },
+            ] => {
                 assert!(labels.is_empty());
                 assert_eq!(buckets, &vec![(1.0, 2)]);
                 assert_eq!((*sum, *count), (1.5, 3));

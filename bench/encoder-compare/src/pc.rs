@@ -50,7 +50,10 @@ impl Collector for ChunkCollector {
         for f in self.chunk.families.iter().filter(|f| expressible(f)) {
             let (name, kind) = match f.kind {
                 // prometheus-client appends `_total` to every counter sample.
-                MetricType::Counter => (f.name.strip_suffix("_total").unwrap_or(f.name), PcType::Counter),
+                MetricType::Counter => (
+                    f.name.strip_suffix("_total").unwrap_or(f.name),
+                    PcType::Counter,
+                ),
                 MetricType::Gauge => (f.name, PcType::Gauge),
                 MetricType::Untyped | MetricType::Summary => (f.name, PcType::Unknown),
                 MetricType::Histogram => (f.name, PcType::Histogram),
@@ -84,7 +87,8 @@ fn encode_member(
         return write_member(metric, kind, member);
     }
     if escape_values && labels.iter().any(|(_, v)| needs_escape(v, true)) {
-        let escaped: Vec<(&str, Cow<str>)> = labels.iter().map(|(k, v)| (*k, escape(v, true))).collect();
+        let escaped: Vec<(&str, Cow<str>)> =
+            labels.iter().map(|(k, v)| (*k, escape(v, true))).collect();
         write_member(&mut metric.encode_family(&escaped)?, kind, member)
     } else {
         let borrowed: &[(&str, &str)] = labels;
@@ -92,9 +96,21 @@ fn encode_member(
     }
 }
 
-fn write_member(m: &mut MetricEncoder, kind: MetricType, member: &Member) -> Result<(), fmt::Error> {
+fn write_member(
+    m: &mut MetricEncoder,
+    kind: MetricType,
+    member: &Member,
+) -> Result<(), fmt::Error> {
     match (member, kind) {
-        (Member::Histogram { buckets, sum, count, .. }, _) => {
+        (
+            Member::Histogram {
+                buckets,
+                sum,
+                count,
+                ..
+            },
+            _,
+        ) => {
             // The crate wants per-bucket counts and an explicit f64::MAX
             // bucket for +Inf.
             let mut previous = 0;
@@ -125,7 +141,8 @@ fn write_member(m: &mut MetricEncoder, kind: MetricType, member: &Member) -> Res
 }
 
 fn needs_escape(s: &str, quote: bool) -> bool {
-    s.bytes().any(|b| b == b'\\' || b == b'\n' || (quote && b == b'"'))
+    s.bytes()
+        .any(|b| b == b'\\' || b == b'\n' || (quote && b == b'"'))
 }
 
 /// The text format's escaping: `\\`, newline and (in label values) `"`.
@@ -153,7 +170,10 @@ impl Plain {
     pub fn new(chunks: &'static [Chunk]) -> Plain {
         let mut registry = Registry::default();
         for chunk in chunks {
-            registry.register_collector(Box::new(ChunkCollector { chunk, escape: false }));
+            registry.register_collector(Box::new(ChunkCollector {
+                chunk,
+                escape: false,
+            }));
         }
         Plain { registry }
     }
@@ -175,7 +195,10 @@ impl Guarded {
             .iter()
             .map(|chunk| {
                 let mut r = Registry::default();
-                r.register_collector(Box::new(ChunkCollector { chunk, escape: true }));
+                r.register_collector(Box::new(ChunkCollector {
+                    chunk,
+                    escape: true,
+                }));
                 r
             })
             .collect();

@@ -339,8 +339,9 @@ pub(crate) mod tests {
 
     #[test]
     fn running_kernel_has_skb_drop_reason() {
-        let Ok(data) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-            eprintln!("SKIPPED: no /sys/kernel/btf/vmlinux");
+        let data = std::fs::read("/sys/kernel/btf/vmlinux");
+        let needs = "/sys/kernel/btf/vmlinux (a kernel with CONFIG_DEBUG_INFO_BTF)";
+        let (true, Ok(data)) = (crate::test_skip::unless_met(data.is_ok(), needs), data) else {
             return;
         };
         let enums = Btf::parse(&data).unwrap().enums().unwrap();

@@ -280,8 +280,9 @@ mod tests {
 
     #[test]
     fn running_kernel_names() {
-        let Ok(bytes) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-            eprintln!("SKIPPED running_kernel_names: no /sys/kernel/btf/vmlinux");
+        let bytes = std::fs::read("/sys/kernel/btf/vmlinux");
+        let needs = "/sys/kernel/btf/vmlinux (a kernel with CONFIG_DEBUG_INFO_BTF)";
+        let (true, Ok(bytes)) = (crate::test_skip::unless_met(bytes.is_ok(), needs), bytes) else {
             return;
         };
         let btf = Btf::parse(&bytes).unwrap();
