@@ -84,7 +84,8 @@ mod tests {
 
     #[test]
     fn each_file_on_its_own() {
-        let dir = std::env::temp_dir().join(format!("usescope-entropy-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let random = dir.join("sys/kernel/random");
         std::fs::create_dir_all(&random).unwrap();
         let mut c = build(&Settings::with_roots(&dir, "/nonexistent"));
@@ -97,6 +98,5 @@ mod tests {
         let e = render(c.as_mut()).unwrap_err();
         assert_eq!(e.file, random.join("poolsize"));
         assert_eq!(e.line, Some(1));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

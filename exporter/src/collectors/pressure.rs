@@ -326,7 +326,8 @@ mod tests {
 
     #[test]
     fn collector_handles_irq_and_missing_lines() {
-        let dir = std::env::temp_dir().join(format!("usescope-psi-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let p = dir.join("pressure");
         std::fs::create_dir_all(&p).unwrap();
         // No PSI at all: nothing, and no error.
@@ -352,6 +353,5 @@ mod tests {
             e.to_string().contains("pressure/memory:2: no `full` line"),
             "{e}"
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

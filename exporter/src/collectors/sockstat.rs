@@ -324,8 +324,8 @@ mod tests {
 
     #[test]
     fn without_ipv6_and_with_unknown_keys() {
-        let dir = std::env::temp_dir().join(format!("usescope-sockstat-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         std::fs::create_dir_all(dir.join("net")).unwrap();
         std::fs::write(
             dir.join("net/sockstat"),
@@ -346,6 +346,5 @@ mod tests {
         let e = render(&mut c).unwrap_err();
         assert!(e.cause.contains("overflows"));
         assert_eq!(e.line, Some(1));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }
