@@ -341,9 +341,10 @@ pub(crate) mod tests {
     fn running_kernel_has_skb_drop_reason() {
         let data = std::fs::read("/sys/kernel/btf/vmlinux");
         let needs = "/sys/kernel/btf/vmlinux (a kernel with CONFIG_DEBUG_INFO_BTF)";
-        let (true, Ok(data)) = (crate::test_skip::unless_met(data.is_ok(), needs), data) else {
+        if !crate::test_skip::unless_met(data.is_ok(), needs) {
             return;
-        };
+        }
+        let data = data.unwrap();
         let enums = Btf::parse(&data).unwrap().enums().unwrap();
         let reasons = find_enum(&enums, "skb_drop_reason").expect("enum skb_drop_reason");
         assert!(

@@ -282,9 +282,10 @@ mod tests {
     fn running_kernel_names() {
         let bytes = std::fs::read("/sys/kernel/btf/vmlinux");
         let needs = "/sys/kernel/btf/vmlinux (a kernel with CONFIG_DEBUG_INFO_BTF)";
-        let (true, Ok(bytes)) = (crate::test_skip::unless_met(bytes.is_ok(), needs), bytes) else {
+        if !crate::test_skip::unless_met(bytes.is_ok(), needs) {
             return;
-        };
+        }
+        let bytes = bytes.unwrap();
         let btf = Btf::parse(&bytes).unwrap();
         let enums = btf.enums().unwrap();
         let names = reason_names(find_enum(&enums, "skb_drop_reason"), &[]);
