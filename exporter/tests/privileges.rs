@@ -8,7 +8,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{Daemon, can_run_bpf};
+use common::Daemon;
 
 fn status_field(pid: u32, field: &str) -> String {
     task_status_field(&format!("/proc/{pid}/status"), field)
@@ -80,7 +80,7 @@ fn make_world_readable(dir: &Path) {
 /// file of another owner stays unread.
 #[test]
 fn scrape_cannot_read_another_users_private_file() {
-    if !can_run_bpf() {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let tree_dir = tree_with_private_loadavg(65534);
@@ -143,7 +143,7 @@ fn scrape_cannot_read_another_users_private_file() {
 
 #[test]
 fn root_daemon_drops_every_capability_after_attach() {
-    if !can_run_bpf() {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let d = Daemon::start(&[]);
@@ -163,7 +163,7 @@ fn root_daemon_drops_every_capability_after_attach() {
 
 #[test]
 fn runtime_user_switches_uid() {
-    if !can_run_bpf() {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let d = Daemon::start(&["--runtime.user=nobody"]);
@@ -187,7 +187,7 @@ fn runtime_user_switches_uid() {
 /// file capabilities attaches its probes, then holds no capability at all.
 #[test]
 fn non_root_with_file_capabilities_attaches_then_drops_everything() {
-    if !can_run_bpf() {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let dir = common::temp_dir();
@@ -246,7 +246,7 @@ fn unknown_runtime_user_fails_startup_with_one_line() {
 /// emptied: the log must say so instead of claiming it was.
 #[test]
 fn an_unprivileged_start_says_the_bounding_set_stayed() {
-    if !can_run_bpf() {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let mut cmd = std::process::Command::new("setpriv");
