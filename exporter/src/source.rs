@@ -833,7 +833,7 @@ mod tests {
         let content: String = (0..300)
             .map(|i| format!("line {i} {}\n", "x".repeat(i % 97)))
             .collect();
-        assert!(content.len() > 100 * 64 && content.len() % 64 != 0);
+        assert!(content.len() > 100 * 64 && !content.len().is_multiple_of(64));
         let dir = tree(&[("big", content.as_bytes())]);
         let mut f = SourceFile::small(dir.path(), "big");
         assert_eq!(text(&mut f), content);

@@ -121,7 +121,7 @@ fn faults_while_scraping() {
     ];
     if root {
         args.push("--runtime.user=nobody".into());
-        make_world_readable(&tree);
+        make_world_readable(tree);
     }
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let d = Daemon::start(&refs);

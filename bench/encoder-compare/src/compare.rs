@@ -44,12 +44,12 @@ pub fn diff(left: &str, right: &str) -> Differences {
     let mut value_text = Vec::new();
     let mut value_number = 0;
     for (k, lv) in &ls {
-        if let Some(rv) = rs.get(k) {
-            if lv != rv {
-                value_text.push((k.to_string(), lv.to_string(), rv.to_string()));
-                if number(lv) != number(rv) {
-                    value_number += 1;
-                }
+        if let Some(rv) = rs.get(k)
+            && lv != rv
+        {
+            value_text.push((k.to_string(), lv.to_string(), rv.to_string()));
+            if number(lv) != number(rv) {
+                value_number += 1;
             }
         }
     }

@@ -926,7 +926,7 @@ mod tests {
         let dir = temp.path();
         let file = dir.join("stat");
         let write = |cpus: &str| std::fs::write(&file, format!("{cpus}{}", tail())).unwrap();
-        let mut c = build_on(&dir);
+        let mut c = build_on(dir);
         let idle = |out: &str, cpu: u32| {
             value(
                 out,
@@ -1182,7 +1182,7 @@ mod tests {
         let dir = temp.path();
         std::fs::copy(fixture("proc").join("stat"), dir.join("stat")).unwrap();
         std::fs::write(dir.join("cpuinfo"), "processor\t: 0\ncpu MHz\t\t: x\n").unwrap();
-        let mut s = Settings::with_roots(&dir, "/nonexistent");
+        let mut s = Settings::with_roots(dir, "/nonexistent");
         assert!(render(build(&s).as_mut()).is_ok());
         s.set(INFO, Some(FlagValue::Bool(true)));
         let e = render(build(&s).as_mut()).unwrap_err();

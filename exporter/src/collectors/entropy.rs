@@ -88,7 +88,7 @@ mod tests {
         let dir = temp.path();
         let random = dir.join("sys/kernel/random");
         std::fs::create_dir_all(&random).unwrap();
-        let mut c = build(&Settings::with_roots(&dir, "/nonexistent"));
+        let mut c = build(&Settings::with_roots(dir, "/nonexistent"));
         assert_eq!(render(c.as_mut()).unwrap(), "");
         std::fs::write(random.join("entropy_avail"), "3712\n").unwrap();
         let out = render(c.as_mut()).unwrap();

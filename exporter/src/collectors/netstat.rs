@@ -798,7 +798,7 @@ mod tests {
             "TcpExt: TW ListenDrops\nTcpExt: 1 2\n",
         )
         .unwrap();
-        let mut c = build(&Settings::with_roots(&dir, "/nonexistent"));
+        let mut c = build(&Settings::with_roots(dir, "/nonexistent"));
         let out = render(c.as_mut()).unwrap();
         let samples: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(

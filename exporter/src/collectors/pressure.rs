@@ -337,7 +337,7 @@ mod tests {
             "full avg10=0.00 avg60=0.00 avg300=0.00 total=2500000\n",
         )
         .unwrap();
-        let out = scrape(&dir).unwrap();
+        let out = scrape(dir).unwrap();
         assert!(
             out.ends_with("node_pressure_irq_stalled_seconds_total 2.5\n"),
             "{out}"
@@ -348,7 +348,7 @@ mod tests {
             "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
         )
         .unwrap();
-        let e = scrape(&dir).unwrap_err();
+        let e = scrape(dir).unwrap_err();
         assert!(
             e.to_string().contains("pressure/memory:2: no `full` line"),
             "{e}"

@@ -315,7 +315,7 @@ domain0 00000005 10 9 1 0 0 0 0 9 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 
         let temp = temp_tree();
         let dir = temp.path();
         std::fs::write(dir.join("schedstat"), V15).unwrap();
-        let out = collect(&dir);
+        let out = collect(dir);
         for line in [
             "# HELP node_schedstat_running_seconds_total Number of seconds CPU spent running a process.",
             "# TYPE node_schedstat_running_seconds_total counter",

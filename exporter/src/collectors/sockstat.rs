@@ -332,7 +332,7 @@ mod tests {
             "sockets: used 3\nTCP: inuse 2 orphan 0 tw 32768 alloc 2 mem 1 newkey 5\n",
         )
         .unwrap();
-        let mut c = collector(&Settings::with_roots(&dir, "/nonexistent"), 65536);
+        let mut c = collector(&Settings::with_roots(dir, "/nonexistent"), 65536);
         let out = render(&mut c).unwrap();
         assert!(out.contains("node_sockstat_TCP_tw 32768\n"));
         assert!(out.contains("node_sockstat_TCP_mem_bytes 65536\n"));

@@ -272,7 +272,7 @@ mod tests {
         let k = dir.join("sys/kernel");
         std::fs::create_dir_all(&k).unwrap();
         std::fs::write(k.join("hostname"), "a\nb\n").unwrap();
-        let e = scrape(&dir).unwrap_err();
+        let e = scrape(dir).unwrap_err();
         assert_eq!(e.file, k.join("hostname"));
         assert_eq!(e.line, Some(2));
     }
