@@ -5,10 +5,9 @@
 //! are listed here, each with its reason, and asserted exactly: a new
 //! difference fails, and so does one that went away.
 //!
-//! Needs node_exporter 1.12.1 (`$NODE_EXPORTER`, else
-//! /root/go/bin/node_exporter; scripts/compat-node-exporter.sh installs
-//! it). Without it the test prints a SKIPPED line, or fails under
-//! `USESCOPE_REQUIRE_BPF=1` (CI).
+//! Needs node_exporter 1.12.1 (`common::node_exporter`; scripts/setup.sh
+//! installs it). Without it the tests skip through common/skip.rs, or
+//! fail in CI (`USESCOPE_REQUIRE_BPF=1` or `CI=true`).
 
 mod common;
 

@@ -7,8 +7,8 @@
 //! asserted as such, by name (`known difference:` below; see
 //! docs/collectors/network.md).
 //!
-//! Without node_exporter the tests print a SKIPPED line, and fail under
-//! `USESCOPE_REQUIRE_BPF=1` (the CI switch for "every test must run").
+//! Without node_exporter the tests skip through common/skip.rs, and fail
+//! in CI (`USESCOPE_REQUIRE_BPF=1` or `CI=true`: every test must run).
 
 mod common;
 

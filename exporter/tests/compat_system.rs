@@ -13,8 +13,8 @@
 //!
 //! node_exporter is `$NODE_EXPORTER`, else `~/go/bin/node_exporter`
 //! (scripts/compat-node-exporter.sh installs it). Without it the tests
-//! print a SKIPPED line, unless `USESCOPE_REQUIRE_BPF=1` (CI), which makes
-//! a missing oracle a failure.
+//! skip through common/skip.rs, and fail in CI (`USESCOPE_REQUIRE_BPF=1`
+//! or `CI=true`), where a missing oracle is a failure.
 
 mod common;
 
