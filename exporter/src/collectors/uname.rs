@@ -295,13 +295,13 @@ mod tests {
 
     #[test]
     fn multi_line_file_names_path_and_line() {
-        let dir = std::env::temp_dir().join(format!("usescope-uname-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let k = dir.join("sys/kernel");
         std::fs::create_dir_all(&k).unwrap();
         std::fs::write(k.join("hostname"), "a\nb\n").unwrap();
-        let e = scrape(&dir).unwrap_err();
+        let e = scrape(dir).unwrap_err();
         assert_eq!(e.file, k.join("hostname"));
         assert_eq!(e.line, Some(2));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }
