@@ -219,17 +219,15 @@ mod tests {
     /// numbers as /proc/self/fdinfo.
     #[test]
     fn prog_run_stats_agrees_with_fdinfo() {
-        let required = std::env::var("USESCOPE_REQUIRE_BPF").is_ok_and(|v| v == "1");
-        let prog = match load_drop_all_filter() {
-            Ok(fd) => fd,
-            Err(e) if !required => {
-                eprintln!(
-                    "SKIPPED probes::sys::tests::prog_run_stats_agrees_with_fdinfo: cannot load a BPF program ({e}); set USESCOPE_REQUIRE_BPF=1 to make this a failure"
-                );
-                return;
-            }
-            Err(e) => panic!("cannot load a BPF program ({e}) and USESCOPE_REQUIRE_BPF=1"),
-        };
+        let prog = load_drop_all_filter();
+        let needs = format!(
+            "BPF_PROG_LOAD of a socket filter (root or CAP_BPF): {:?}",
+            prog.as_ref().err()
+        );
+        if !crate::test_skip::unless_met(prog.is_ok(), &needs) {
+            return;
+        }
+        let prog = prog.unwrap();
         let _stats = enable_run_stats().expect("BPF_ENABLE_STATS");
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let prog_fd = prog.as_raw_fd();
