@@ -15,6 +15,8 @@
 # it again inside a rust image. Checks:
 #   1. probes up with the documented capability set for this engine
 #      (deploy/container/security.py), and the kernel holds their programs;
+#      1b. and with the set for current runtimes (CAP_BPF, CAP_PERFMON) on
+#      the engine's containerd and runc, which Kubernetes uses;
 #   2. after start, CapEff/CapPrm/CapBnd 0, NoNewPrivs 1 and uid 65534 on
 #      every thread;
 #   3. with no capabilities at all: /proc metrics served (MemTotal equal to
@@ -41,7 +43,7 @@ skip() {
   exit 0
 }
 [ "$(id -u)" = 0 ] || skip "needs root to start its own dockerd"
-for tool in dockerd docker-compose debootstrap unshare nsenter curl python3; do
+for tool in dockerd ctr runc docker-compose debootstrap unshare nsenter curl bpftool python3; do
   command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh installs it)"
 done
 # The client that comes with the engine (Debian's docker.io); another
@@ -165,7 +167,7 @@ in_netns() { nsenter --net="/proc/$dockerd_pid/ns/net" "$@"; }
 engine=$("$docker" version -f '{{.Server.Version}}')
 echo "engine: dockerd $engine, client $("$docker" version -f '{{.Client.Version}}'), $(docker-compose version --short 2>/dev/null | sed 's/^/docker-compose /')"
 
-"$docker" import -q - usescope-test/minbase:latest <"$base_tar" >/dev/null
+"$docker" import - usescope-test/minbase:latest <"$base_tar" >/dev/null
 
 # The usescope image: our build stage, then the shipped runtime stage.
 ctx=$work/image
@@ -272,11 +274,53 @@ else
   fail "5. docker stop: exit $exit_code after $stop_ms ms, BPF programs still loaded:[$left] (held before: [$prog_ids])"
 fi
 
+# 1b. The capability set for current runtimes (CAP_BPF, CAP_PERFMON), on
+# the containerd and runc under this dockerd: what Kubernetes (CRI) and
+# Docker >= 23.0 hand the same names to. ctr starts from containerd's
+# default set and cannot drop "ALL": drop every default not in ours, then
+# check that the container's spec holds exactly ours.
+mapfile -t current < <(python3 deploy/container/security.py caps 23.0)
+ctr=(ctr --address "$work/exec/containerd/containerd.sock" -n usescope-test)
+"$docker" save usescope:local | "${ctr[@]}" images import - >/dev/null
+ctr_args=()
+for c in CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETFCAP NET_BIND_SERVICE SYS_CHROOT KILL AUDIT_WRITE; do
+  [[ " ${current[*]} " == *" $c "* ]] || ctr_args+=(--cap-drop "CAP_$c")
+done
+for c in "${current[@]}"; do ctr_args+=(--cap-add "CAP_$c"); done
+"${ctr[@]}" run -d --net-host --read-only "${ctr_args[@]}" \
+  --mount type=bind,src=/proc,dst=/host/proc,options=rbind:ro \
+  --mount type=bind,src=/sys,dst=/host/sys,options=rbind:ro \
+  --mount type=bind,src=/sys/kernel/btf,dst=/sys/kernel/btf,options=rbind:ro \
+  docker.io/library/usescope:local ctr-probes /usr/local/bin/usescope --runtime.user=65534 \
+  --path.procfs=/host/proc --path.sysfs=/host/sys --web.listen-address=127.0.0.1:19202 >/dev/null
+granted=$("${ctr[@]}" containers info ctr-probes | python3 -c '
+import json, sys
+caps = json.load(sys.stdin)["Spec"]["process"]["capabilities"]["bounding"]
+print(" ".join(sorted(c.removeprefix("CAP_") for c in caps)))')
+for _ in $(seq 250); do in_netns curl -sf -o /dev/null http://127.0.0.1:19202/metrics && break; sleep 0.02; done
+metrics=$(scrape 19202 || true)
+up=$(grep -c '^usescope_probe_up{.*} 1$' <<<"$metrics" || true)
+down=$(grep -c '^usescope_probe_up{.*} 0$' <<<"$metrics" || true)
+ctr_pid=$("${ctr[@]}" tasks ls | awk '$1 == "ctr-probes" {print $2}')
+uid_eff=$(awk '$1 == "Uid:" {print $3} $1 == "CapEff:" {print $2}' "/proc/$ctr_pid/status" 2>/dev/null | paste -sd/)
+if [ "$granted" = "$(tr ' ' '\n' <<<"${current[*]}" | sort | paste -sd' ')" ] && [ "$up" -ge 1 ] && [ "$down" = 0 ] && [ "$uid_eff" = 65534/0000000000000000 ]; then
+  ok "1b. capabilities ${current[*]} on containerd $(ctr --version | awk '{print $3}') + runc $(runc --version | awk 'NR == 1 {print $3}'): $up probes up, then uid 65534 with CapEff 0"
+else
+  fail "1b. containerd with [$granted]: $up probes up, $down down, uid/CapEff after start $uid_eff"
+fi
+"${ctr[@]}" tasks kill -s SIGTERM ctr-probes >/dev/null 2>&1
+for _ in $(seq 100); do
+  "${ctr[@]}" tasks ls | grep -q '^ctr-probes .*RUNNING' || break
+  sleep 0.05
+done
+"${ctr[@]}" tasks rm ctr-probes >/dev/null 2>&1
+"${ctr[@]}" containers rm ctr-probes >/dev/null 2>&1
+
 # 3. No capabilities at all: /proc metrics, probes down with the reason.
 run_usescope nocaps 19201 --cap-drop ALL
 start_and_time_first_scrape nocaps 19201 >/dev/null || true
 metrics=$(scrape 19201 || true)
-memtotal=$(awk '/^MemTotal:/ {print $2 * 1024}' /proc/meminfo)
+memtotal=$(awk '/^MemTotal:/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 exported=$(awk '$1 == "node_memory_MemTotal_bytes" {print $2}' <<<"$metrics")
 up=$(grep -c '^usescope_probe_up{.*} 1$' <<<"$metrics" || true)
 down=$(grep -c '^usescope_probe_up{.*} 0$' <<<"$metrics" || true)
