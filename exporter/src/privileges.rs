@@ -86,8 +86,7 @@ impl Dropped {
         } else {
             "bounding set unchanged (no CAP_SETPCAP to drop it)"
         };
-        let mut line =
-            format!("{who} with no capabilities ({bnd}, no_new_privs on every thread)");
+        let mut line = format!("{who} with no capabilities ({bnd}, no_new_privs on every thread)");
         if let Some(why) = &self.user_not_switched {
             line.push_str(&format!("; {why}"));
         }

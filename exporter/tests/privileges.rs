@@ -247,7 +247,11 @@ fn runtime_user_without_setuid_keeps_serving_and_says_why() {
     assert!(line.contains("level=warn"), "{line}");
     assert!(line.contains("CAP_SETUID"), "{line}");
     let pid = d.child.id();
-    assert!(status_field(pid, "Uid").split_whitespace().all(|u| u == "0"));
+    assert!(
+        status_field(pid, "Uid")
+            .split_whitespace()
+            .all(|u| u == "0")
+    );
     assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
     assert_eq!(status_field(pid, "NoNewPrivs"), "1");
     let expo = d.scrape();
