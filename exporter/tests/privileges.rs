@@ -52,6 +52,14 @@ fn assert_no_capabilities(d: &Daemon) {
     }
 }
 
+/// usescope started through setpriv(1) with these options (user, groups,
+/// capability sets), as a container runtime or service manager would.
+fn usescope_under_setpriv(options: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(options).arg("--").arg(common::bin());
+    cmd
+}
+
 /// A procfs tree whose `loadavg` belongs to another user, mode 0600.
 fn tree_with_private_loadavg(owner: u32) -> PathBuf {
     let tree = common::copy_tree(&common::fixture("proc"));
@@ -236,9 +244,7 @@ fn runtime_user_without_setuid_keeps_serving_and_says_why() {
         return;
     }
     // Root with an empty bounding set: exec leaves no capability at all.
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args(["--inh-caps=-all", "--bounding-set=-all", "--"])
-        .arg(common::bin());
+    let cmd = usescope_under_setpriv(&["--inh-caps=-all", "--bounding-set=-all"]);
     let d = Daemon::try_start_with(cmd, &["--runtime.user=65534"])
         .expect("usescope as uid 0 with no capabilities");
     let line = d
@@ -274,9 +280,7 @@ fn runtime_user_already_in_effect_needs_no_capabilities() {
     if !can_run_bpf("runtime_user_already_in_effect_needs_no_capabilities") {
         return;
     }
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--groups=65534", "--"])
-        .arg(common::bin());
+    let cmd = usescope_under_setpriv(&["--reuid=65534", "--regid=65534", "--groups=65534"]);
     let d = Daemon::try_start_with(
         cmd,
         &[
@@ -322,9 +326,7 @@ fn an_unprivileged_start_says_the_bounding_set_stayed() {
     if !can_run_bpf("an_unprivileged_start_says_the_bounding_set_stayed") {
         return;
     }
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(common::bin());
+    let cmd = usescope_under_setpriv(&["--reuid=65534", "--regid=65534", "--clear-groups"]);
     let d = Daemon::try_start_with(
         cmd,
         &[
