@@ -140,7 +140,7 @@ if [ ! -s "$base_tar" ]; then
   debootstrap --variant=minbase "$suite" "$work/minbase" \
     "${USESCOPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 ||
     { tail -20 "$work/debootstrap.log"; exit 1; }
-  tar -C "$work/minbase" -cf "$base_tar.tmp" . && mv "$base_tar.tmp" "$base_tar"
+  tar -C "$work/minbase" -cf "$base_tar.$$.tmp" . && mv "$base_tar.$$.tmp" "$base_tar"
   rm -rf "$work/minbase"
 fi
 
