@@ -2,11 +2,17 @@
 """usescope against node_exporter, each with its DEFAULT collector set, on
 this host: what an operator who swaps one for the other pays.
 
-  bench/defaults.py [--rounds 500] [--usescope PATH] [--node-exporter PATH]
+  bench/defaults.py [--rounds 500] [--gap SECONDS] [--block N] [--usescope PATH] [--node-exporter PATH]
 
 Both listen on 127.0.0.1 (usescope's probes off, so the comparison is /proc
 and /sys against /proc and /sys). Each round scrapes usescope once, then
-node_exporter once, on one keep-alive connection each. Reported:
+node_exporter once, on one keep-alive connection each; with --gap, the
+round then sleeps, so each scrape starts with caches that other work has
+had time to evict, as a scrape every 15 s in production does (the
+default, back to back, measures each exporter with its caches warmer).
+With --block N, each exporter is scraped N times in a row, as if it ran
+alone; its caches then hold only its own work.
+Reported:
   - CPU per scrape: the process's own on-CPU time from
     /proc/PID/task/*/schedstat over the rounds, divided by the rounds;
   - peak RSS (VmHWM) after the rounds;
@@ -71,6 +77,9 @@ def scrape(conn):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=500)
+    ap.add_argument("--gap", type=float, default=0.0, help="seconds to sleep after each round")
+    ap.add_argument("--block", type=int, default=0,
+                    help="scrape each exporter this many times in a row (0: alternate every scrape)")
     ap.add_argument("--usescope", default=os.path.join(ROOT, "target/release/usescope"))
     ap.add_argument("--node-exporter", default=os.path.expanduser("~/go/bin/node_exporter"))
     a = ap.parse_args()
@@ -84,16 +93,26 @@ def main():
         durations = {}
         u0, n0 = cpu_ns(us.pid), cpu_ns(ne.pid)
         ubytes = nbytes = 0
-        for _ in range(a.rounds):
-            text = scrape(uc)
-            ubytes = len(text)
-            for m in re.finditer(r'^node_scrape_collector_duration_seconds\{collector="([^"]+)"\} (\S+)$', text, re.M):
-                durations.setdefault(m.group(1), []).append(float(m.group(2)))
-            nbytes = len(scrape(nc))
+        # Alternating rounds: one scrape each; in blocks, `--block` scrapes
+        # of one exporter then as many of the other.
+        per_turn = a.block or 1
+        for _ in range(a.rounds // per_turn):
+            for _ in range(per_turn):
+                text = scrape(uc)
+                ubytes = len(text)
+                for m in re.finditer(r'^node_scrape_collector_duration_seconds\{collector="([^"]+)"\} (\S+)$', text, re.M):
+                    durations.setdefault(m.group(1), []).append(float(m.group(2)))
+                if a.gap and a.block:
+                    time.sleep(a.gap)
+            for _ in range(per_turn):
+                nbytes = len(scrape(nc))
+                if a.gap:
+                    time.sleep(a.gap)
+        a.rounds = a.rounds // per_turn * per_turn
         u1, n1 = cpu_ns(us.pid), cpu_ns(ne.pid)
         u_cpu = (u1 - u0) / a.rounds / 1000
         n_cpu = (n1 - n0) / a.rounds / 1000
-        print(f"rounds {a.rounds}; machine {os.uname().machine}, {os.cpu_count()} CPUs, kernel {os.uname().release}")
+        print(f"rounds {a.rounds}, gap {a.gap} s, block {a.block}; machine {os.uname().machine}, {os.cpu_count()} CPUs, kernel {os.uname().release}")
         print("| | usescope | node_exporter | ratio |")
         print("|---|---|---|---|")
         print(f"| CPU per scrape, default collectors | {u_cpu:.0f} µs | {n_cpu:.0f} µs | 1/{n_cpu / u_cpu:.1f} |")

@@ -32,7 +32,21 @@ step() {
 
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
+# A test that skips (missing root, BPF, FUSE, promtool, node_exporter)
+# appends a USESCOPE-SKIPPED line here (exporter/tests/common/skip.rs);
+# cargo hides a passing test's output, so the summary comes from the file.
+export USESCOPE_SKIP_LOG="$PWD/target/skipped-tests.log"
+rm -f "$USESCOPE_SKIP_LOG"
+skipped_tests() {
+  local lines=()
+  [ -f "$USESCOPE_SKIP_LOG" ] && mapfile -t lines <"$USESCOPE_SKIP_LOG"
+  echo "skipped tests: ${#lines[@]}"
+  [ "${#lines[@]}" -gt 0 ] && printf '  %s\n' "${lines[@]}"
+  # In CI (CI=true, or .ci/run's USESCOPE_REQUIRE_BPF=1) no test may skip.
+  [ "${#lines[@]}" -eq 0 ] || { [ "${CI:-}" != true ] && [ "${USESCOPE_REQUIRE_BPF:-}" != 1 ]; }
+}
 step "cargo test" cargo test --locked -q
+step "skipped tests (none allowed in CI)" skipped_tests
 step "release build" cargo build --locked --release -q
 step "node_exporter compatibility: defaults against defaults, live host and fixture trees" \
   python3 scripts/compat_node_exporter.py --usescope target/release/usescope \

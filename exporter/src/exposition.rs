@@ -1,10 +1,11 @@
 //! The exposition encoder: writes metric families straight into a reused
 //! byte buffer, in either the Prometheus text format 0.0.4 or OpenMetrics 1.0.
 //!
-//! Why not prometheus-client's encoder: it only speaks OpenMetrics, and it
-//! wants every sample to live in a registered metric object. usescope reads
-//! /proc at scrape time and writes each value once, so a direct writer is both
-//! simpler and allocation-free on the scrape path.
+//! Why not prometheus-client's encoder: it writes OpenMetrics only, does
+//! not escape HELP text or label values, can only fail with `fmt::Error`,
+//! cannot take back a failed collector's output, and took twice the
+//! instructions for the same scrape (ARCHITECTURE.md; BENCHMARKS.md, "The
+//! encoder", measured with bench/encoder-compare).
 //!
 //! Naming follows the Prometheus convention used throughout usescope: a
 //! [`Desc`] carries the *full* sample name as node_exporter emits it

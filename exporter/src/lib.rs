@@ -20,3 +20,9 @@ pub mod server;
 pub mod source;
 pub mod statfs_pool;
 pub mod web_config;
+
+/// The tests' one way to skip (exporter/tests/common/skip.rs), shared with
+/// the integration tests so unit tests skip, and fail in CI, the same way.
+#[cfg(test)]
+#[path = "../tests/common/skip.rs"]
+pub(crate) mod test_skip;

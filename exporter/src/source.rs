@@ -466,8 +466,11 @@ pub struct DirEntryInfo {
 
 /// The entries of a directory such as `class/net`, listed again on every
 /// [`DirListing::read`] into storage reused across scrapes, sorted by name.
-#[derive(Debug, Default)]
+/// The directory's descriptor is kept between scrapes on procfs and sysfs
+/// (see [`Dir`]), so a listing costs one lseek and one getdents64.
+#[derive(Default)]
 pub struct DirListing {
+    dir: Option<Dir>,
     entries: Vec<DirEntryInfo>,
     len: usize,
 }
@@ -476,42 +479,56 @@ impl DirListing {
     /// Lists `dir`. `Ok(false)`: it does not exist (the listing is then
     /// empty). Names that are not UTF-8 are left out.
     pub fn read(&mut self, dir: &Path) -> Result<bool, CollectError> {
-        use std::os::unix::fs::DirEntryExt;
-        self.len = 0;
-        let it = match std::fs::read_dir(dir) {
-            Ok(it) => it,
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                return Ok(false);
-            }
-            Err(e) => return Err(CollectError::io(dir, e)),
+        if self.dir.as_ref().is_none_or(|d| d.path != dir) {
+            self.dir = Some(Dir::at(dir.to_path_buf()));
+        }
+        let Some(d) = self.dir.as_mut() else {
+            return Ok(false);
         };
-        for entry in it {
-            let entry = entry.map_err(|e| CollectError::io(dir, e))?;
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if self.len == MAX_DIR_ENTRIES {
-                return Err(CollectError::other(
-                    dir,
-                    format!("more than {MAX_DIR_ENTRIES} entries; not a sysfs directory"),
-                ));
+        self.len = 0;
+        let (entries, len) = (&mut self.entries, &mut self.len);
+        let mut too_many = false;
+        let found = d.list_entries(|e| {
+            if *len == MAX_DIR_ENTRIES {
+                too_many = true;
+                return;
             }
-            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
-            if self.len == self.entries.len() {
-                self.entries.push(DirEntryInfo::default());
+            if *len == entries.len() {
+                entries.push(DirEntryInfo::default());
             }
-            let slot = &mut self.entries[self.len];
-            slot.name = name;
-            slot.ino = entry.ino();
-            slot.is_file = is_file;
-            self.len += 1;
+            let slot = &mut entries[*len];
+            slot.name.clear();
+            slot.name.push_str(e.name);
+            slot.ino = e.ino;
+            slot.is_file = e.is_file;
+            *len += 1;
+        })?;
+        if too_many {
+            return Err(CollectError::other(
+                dir,
+                format!("more than {MAX_DIR_ENTRIES} entries; not a sysfs directory"),
+            ));
         }
         self.entries[..self.len].sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        Ok(true)
+        Ok(found)
     }
 
     pub fn entries(&self) -> &[DirEntryInfo] {
         &self.entries[..self.len]
+    }
+
+    /// The entries named `PREFIX` then a digit then anything (the glob
+    /// `PREFIX[0-9]*`), in name order, each with the rest of its name after
+    /// the prefix (`thermal_zone10` → `10`).
+    pub fn numbered<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a DirEntryInfo, &'a str)> + 'a {
+        self.entries().iter().filter_map(move |e| {
+            let rest = e.name.strip_prefix(prefix)?;
+            rest.starts_with(|c: char| c.is_ascii_digit())
+                .then_some((e, rest))
+        })
     }
 }
 
@@ -619,19 +636,32 @@ fn read_all_at(
 }
 
 /// A directory listed at scrape time (`/proc`, `/sys/devices/system/cpu`):
-/// `getdents64` into a reused buffer, names handed to a callback, so a
+/// `getdents64` into a reused buffer, entries handed to a callback, so a
 /// listing allocates nothing. As with [`SourceFile`], the descriptor is
-/// kept (and rewound) on procfs/sysfs and reopened elsewhere.
+/// kept (and rewound) on procfs/sysfs and reopened elsewhere: a kept
+/// descriptor spares the path walk, the open and the close of every scrape.
 pub struct Dir {
     path: PathBuf,
     kept: Option<File>,
     buf: Vec<u8>,
 }
 
+/// One entry of a listing, as getdents64 reports it.
+pub struct RawDirEntry<'a> {
+    pub name: &'a str,
+    pub ino: u64,
+    /// A regular file (from the entry's type; procfs and sysfs report it).
+    pub is_file: bool,
+}
+
 impl Dir {
     pub fn new(root: &Path, relative: &str) -> Dir {
+        Dir::at(root.join(relative))
+    }
+
+    pub fn at(path: PathBuf) -> Dir {
         Dir {
-            path: root.join(relative),
+            path,
             kept: None,
             buf: Vec::new(),
         }
@@ -643,11 +673,19 @@ impl Dir {
 
     /// Calls `each` with every entry's name but `.` and `..` (names that
     /// are not UTF-8 are skipped). `Ok(false)`: the directory is absent.
-    pub fn list(&mut self, each: impl FnMut(&str)) -> Result<bool, CollectError> {
-        let f = match self.kept.take() {
-            Some(f) => f,
+    pub fn list(&mut self, mut each: impl FnMut(&str)) -> Result<bool, CollectError> {
+        self.list_entries(|e| each(e.name))
+    }
+
+    /// As [`Dir::list`], with each entry's inode and type.
+    pub fn list_entries(
+        &mut self,
+        each: impl FnMut(RawDirEntry<'_>),
+    ) -> Result<bool, CollectError> {
+        let (f, fresh) = match self.kept.take() {
+            Some(f) => (f, false),
             None => match open_dir(&self.path) {
-                Ok(f) => f,
+                Ok(f) => (f, true),
                 Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
                     return Ok(false);
                 }
@@ -655,8 +693,10 @@ impl Dir {
             },
         };
         use std::os::fd::AsRawFd;
-        list_fd(f.as_raw_fd(), &mut self.buf, each).map_err(|e| CollectError::io(&self.path, e))?;
-        if is_kernel_fs(&f) {
+        list_fd_entries(f.as_raw_fd(), &mut self.buf, each)
+            .map_err(|e| CollectError::io(&self.path, e))?;
+        // A kept descriptor was on procfs/sysfs when it was opened.
+        if !fresh || is_kernel_fs(&f) {
             self.kept = Some(f);
         }
         Ok(true)
@@ -666,15 +706,24 @@ impl Dir {
 /// Whether `path` is on a real sysfs mount (statfs), for
 /// [`SourceFile::attribute`].
 pub fn is_sysfs(path: &Path) -> bool {
+    fs_magic(path) == Some(SYSFS_MAGIC)
+}
+
+/// Whether `path` is on a real procfs mount (statfs): the live kernel's
+/// files, not a fixture tree.
+pub fn is_procfs(path: &Path) -> bool {
+    fs_magic(path) == Some(PROC_SUPER_MAGIC)
+}
+
+/// statfs's `f_type` of the filesystem holding `path`.
+fn fs_magic(path: &Path) -> Option<i64> {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statfs is plain C data; all-zero is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a struct we own.
     let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == SYSFS_MAGIC
+    (rc == 0).then_some(st.f_type as i64)
 }
 
 /// Opens a directory for [`list_fd`].
@@ -691,6 +740,15 @@ pub fn list_fd(
     fd: std::os::fd::RawFd,
     buf: &mut Vec<u8>,
     mut each: impl FnMut(&str),
+) -> io::Result<()> {
+    list_fd_entries(fd, buf, |e| each(e.name))
+}
+
+/// As [`list_fd`], with each entry's inode and type.
+pub fn list_fd_entries(
+    fd: std::os::fd::RawFd,
+    buf: &mut Vec<u8>,
+    mut each: impl FnMut(RawDirEntry<'_>),
 ) -> io::Result<()> {
     if buf.len() < 16 << 10 {
         buf.resize(16 << 10, 0);
@@ -721,17 +779,42 @@ pub fn list_fd(
             if reclen <= 19 || reclen > rest.len() {
                 break;
             }
+            let mut ino = [0u8; 8];
+            ino.copy_from_slice(&rest[..8]);
             let name = &rest[19..reclen];
             let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
             if name != b"."
                 && name != b".."
                 && let Ok(n) = std::str::from_utf8(name)
             {
-                each(n);
+                let is_file = match rest[18] {
+                    libc::DT_UNKNOWN => is_regular_at(fd, name),
+                    t => t == libc::DT_REG,
+                };
+                each(RawDirEntry {
+                    name: n,
+                    ino: u64::from_ne_bytes(ino),
+                    is_file,
+                });
             }
             rest = &rest[reclen..];
         }
     }
+}
+
+/// Whether `name` in the directory open at `fd` is a regular file, for a
+/// filesystem whose listing does not say (`DT_UNKNOWN`); not following a
+/// symlink, as `DirEntry::file_type` does not.
+fn is_regular_at(fd: std::os::fd::RawFd, name: &[u8]) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: stat is plain C data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated name relative to a directory fd the caller
+    // owns, and a struct we own.
+    let rc = unsafe { libc::fstatat(fd, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
 fn is_kernel_fs(f: &File) -> bool {
@@ -759,8 +842,8 @@ mod tests {
     fn attribute_einval_is_absent_and_keeps_its_fd() {
         // The loopback device has no link speed: EINVAL on every read.
         let mut f = SourceFile::attribute(Path::new("/sys/class/net/lo"), "speed");
-        if !f.path().exists() {
-            return; // no sysfs here
+        if !crate::test_skip::unless_met(f.path().exists(), "sysfs at /sys with class/net/lo") {
+            return;
         }
         assert!(matches!(f.read(), Ok(Read::Absent)));
         let kept = f.is_kept();
@@ -808,27 +891,41 @@ mod tests {
 
     #[test]
     fn reads_real_proc_twice_with_kept_fd() {
+        // The CPU rows of /proc/stat, as std reads them: the same rows must
+        // come back on both reads, the second through the kept descriptor
+        // (only the counters move between reads).
+        let cpu_rows = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| l.starts_with("cpu"))
+                .map(|l| l.split(' ').next().unwrap_or("").to_string())
+                .collect()
+        };
+        let expected = cpu_rows(&std::fs::read_to_string("/proc/stat").unwrap());
+        assert!(expected.len() >= 2, "{expected:?}");
         let mut f = SourceFile::new(Path::new("/proc"), "stat");
-        let first = match f.read().unwrap() {
-            Read::Text(s) => s.len(),
-            Read::Absent => panic!("/proc/stat absent"),
-        };
+        assert_eq!(cpu_rows(&text(&mut f)), expected);
         assert!(f.kept.is_some(), "procfs file should keep its fd");
-        let second = match f.read().unwrap() {
-            Read::Text(s) => s.to_string(),
-            Read::Absent => panic!(),
-        };
-        assert!(second.starts_with("cpu "));
-        assert!(first > 0);
+        assert_eq!(cpu_rows(&text(&mut f)), expected, "second read");
     }
 
     #[test]
     fn small_reads_assemble_whole_file() {
-        let mut f = SourceFile::small(Path::new("/proc"), "self/status");
-        match f.read().unwrap() {
-            Read::Text(s) => assert!(s.contains("VmRSS") || s.contains("Name:")),
-            Read::Absent => panic!(),
-        }
+        // A small SourceFile asks for 64 bytes at a time: a file of many
+        // such pieces, with a last one shorter than the rest, must come
+        // back byte for byte, on an ordinary filesystem and on procfs.
+        let content: String = (0..300)
+            .map(|i| format!("line {i} {}\n", "x".repeat(i % 97)))
+            .collect();
+        assert!(content.len() > 100 * 64 && !content.len().is_multiple_of(64));
+        let dir = tree(&[("big", content.as_bytes())]);
+        let mut f = SourceFile::small(dir.path(), "big");
+        assert_eq!(text(&mut f), content);
+        // /proc/self/limits is over 64 bytes and the same on every read.
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        assert!(limits.len() > 2 * 64, "{limits}");
+        let mut f = SourceFile::small(Path::new("/proc"), "self/limits");
+        assert_eq!(text(&mut f), limits);
+        assert_eq!(text(&mut f), limits, "second read, through the kept fd");
     }
 
     /// A directory for test files, removed when dropped.

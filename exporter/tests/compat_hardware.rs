@@ -5,40 +5,19 @@
 //! are listed here, each with its reason, and asserted exactly: a new
 //! difference fails, and so does one that went away.
 //!
-//! Needs node_exporter 1.12.1 (`$NODE_EXPORTER`, else
-//! /root/go/bin/node_exporter; scripts/compat-node-exporter.sh installs
-//! it). Without it the test prints a SKIPPED line, or fails under
-//! `USESCOPE_REQUIRE_BPF=1` (CI).
+//! Needs node_exporter 1.12.1 (`common::node_exporter`; scripts/setup.sh
+//! installs it). Without it the tests skip through common/skip.rs, or
+//! fail in CI (`USESCOPE_REQUIRE_BPF=1` or `CI=true`).
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Daemon, fixture, http_get};
-
-fn node_exporter(test: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("NODE_EXPORTER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root/go/bin/node_exporter"));
-    if path.is_file() {
-        return Some(path);
-    }
-    if common::bpf_required() {
-        panic!(
-            "{test}: {} is missing and USESCOPE_REQUIRE_BPF=1 (scripts/compat-node-exporter.sh installs it)",
-            path.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED {test}: {} not found (scripts/compat-node-exporter.sh installs it)",
-        path.display()
-    );
-    None
-}
 
 /// node_exporter on a free loopback port, killed on drop.
 struct NodeExporter(Child, std::net::SocketAddr);
@@ -220,7 +199,7 @@ fn set(lines: &[&str]) -> BTreeSet<String> {
 
 #[test]
 fn sysfs_collectors_match_node_exporter() {
-    let Some(ne) = node_exporter("sysfs_collectors_match_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let args = vec![
@@ -247,7 +226,7 @@ fn sysfs_collectors_match_node_exporter() {
 
 #[test]
 fn hwmon_filters_match_node_exporter() {
-    let Some(ne) = node_exporter("hwmon_filters_match_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let args = vec![
@@ -263,19 +242,19 @@ fn hwmon_filters_match_node_exporter() {
 
 #[test]
 fn disk_udev_info_matches_node_exporter() {
-    let Some(ne) = node_exporter("disk_udev_info_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
-    let proc = common::copy_tree(&fixture("proc"));
+    let proc_dir = common::copy_tree(&fixture("proc"));
+    let proc = proc_dir.path();
     std::fs::write(
         proc.join("diskstats"),
         "   8       0 sda 1 2 3 4 5 6 7 8 9 10 11\n 252       1 dm-1 1 2 3 4 5 6 7 8 9 10 11\n 254       0 vda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17\n",
     )
     .unwrap();
-    let sys = common::copy_tree(&fixture("sys/block"));
-    let sys_root = sys.with_extension("root");
-    std::fs::create_dir_all(&sys_root).unwrap();
-    std::fs::rename(&sys, sys_root.join("block")).unwrap();
+    let sys_dir = common::temp_dir();
+    let sys_root = sys_dir.path();
+    common::copy_dir(&fixture("sys/block"), &sys_root.join("block"));
     std::fs::create_dir_all(sys_root.join("block/sda/queue")).unwrap();
     std::fs::write(sys_root.join("block/sda/queue/rotational"), "1\n").unwrap();
     let args = vec![
@@ -285,8 +264,6 @@ fn disk_udev_info_matches_node_exporter() {
         "--collector.diskstats".to_string(),
     ];
     let (n, u) = both(&ne, &args);
-    let _ = std::fs::remove_dir_all(&proc);
-    let _ = std::fs::remove_dir_all(&sys_root);
     assert!(
         n.samples
             .keys()
@@ -312,7 +289,7 @@ fn textfile_args(dir: &str) -> Vec<String> {
 
 #[test]
 fn textfile_good_files_match_node_exporter() {
-    let Some(ne) = node_exporter("textfile_good_files_match_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, u) = both(&ne, &textfile_args("good"));
@@ -323,7 +300,7 @@ fn textfile_good_files_match_node_exporter() {
 
 #[test]
 fn textfile_bad_files_differences_are_the_listed_ones() {
-    let Some(ne) = node_exporter("textfile_bad_files_differences_are_the_listed_ones") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, u) = both(&ne, &textfile_args("bad"));
@@ -349,7 +326,7 @@ fn textfile_bad_files_differences_are_the_listed_ones() {
 
 #[test]
 fn textfile_conflict_differences_are_the_listed_ones() {
-    let Some(ne) = node_exporter("textfile_conflict_differences_are_the_listed_ones") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, u) = both(&ne, &textfile_args("conflict"));
@@ -379,7 +356,7 @@ fn textfile_conflict_differences_are_the_listed_ones() {
 
 #[test]
 fn cpufreq_and_power_supply_match_node_exporter() {
-    let Some(ne) = node_exporter("cpufreq_and_power_supply_match_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let args = vec![
@@ -427,7 +404,7 @@ fn cpufreq_and_power_supply_match_node_exporter() {
 /// cpufreq's out. Either way: one family, written once.
 #[test]
 fn cpu_frequency_family_is_written_once() {
-    let Some(ne) = node_exporter("cpu_frequency_family_is_written_once") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let args = [

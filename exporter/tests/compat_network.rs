@@ -7,14 +7,14 @@
 //! asserted as such, by name (`known difference:` below; see
 //! docs/collectors/network.md).
 //!
-//! Without node_exporter the tests print a SKIPPED line, and fail under
-//! `USESCOPE_REQUIRE_BPF=1` (the CI switch for "every test must run").
+//! Without node_exporter the tests skip through common/skip.rs, and fail
+//! in CI (`USESCOPE_REQUIRE_BPF=1` or `CI=true`: every test must run).
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -110,26 +110,6 @@ fn sample_of(line: &str) -> (String, Vec<(String, String)>, f64) {
     }
     labels.sort();
     (name.to_string(), labels, value)
-}
-
-fn node_exporter() -> Option<PathBuf> {
-    let path = std::env::var_os("NODE_EXPORTER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root/go/bin/node_exporter"));
-    if path.is_file() {
-        return Some(path);
-    }
-    if common::bpf_required() {
-        panic!(
-            "node_exporter not found at {} and USESCOPE_REQUIRE_BPF=1",
-            path.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED compat_network: node_exporter not found at {} (set NODE_EXPORTER)",
-        path.display()
-    );
-    None
 }
 
 /// A node_exporter process, killed when dropped.
@@ -285,34 +265,31 @@ fn assert_same_families(
 }
 
 /// A fresh copy of a fixture tree, removed when dropped.
-struct Tree(PathBuf);
+/// A fixture copy the test may edit, removed when it drops.
+struct Tree(tempfile::TempDir);
 
 impl Tree {
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
     fn of(name: &str) -> Tree {
         Tree(copy_tree(&fixture(name)))
     }
     fn empty() -> Tree {
-        let t = Tree::of("proc");
-        std::fs::remove_dir_all(&t.0).unwrap();
-        std::fs::create_dir_all(&t.0).unwrap();
-        t
+        Tree(common::temp_dir())
     }
     fn write(&self, rel: &str, text: &str) {
-        let p = self.0.join(rel);
+        let p = self.path().join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
 }
 
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn netclass() {
-    let Some(bin) = node_exporter() else { return };
+    let Some(bin) = common::node_exporter() else {
+        return;
+    };
     let pair = scrape_both(
         &bin,
         &fixture("proc"),
@@ -354,7 +331,9 @@ fn netclass() {
 /// compares the live host: usescope reads /sys/class/net/*/statistics.
 #[test]
 fn netdev_nohandler_on_the_live_host() {
-    let Some(bin) = node_exporter() else { return };
+    let Some(bin) = common::node_exporter() else {
+        return;
+    };
     let pair = scrape_both(
         &bin,
         Path::new("/proc"),
@@ -386,7 +365,9 @@ fn netdev_nohandler_on_the_live_host() {
 
 #[test]
 fn arp() {
-    let Some(bin) = node_exporter() else { return };
+    let Some(bin) = common::node_exporter() else {
+        return;
+    };
     // known difference: node_exporter 1.12 counts over netlink by default,
     // which ignores --path.procfs; its file mode reads what usescope reads.
     let pair = scrape_both(
@@ -423,7 +404,7 @@ fn arp() {
             "--collector.arp.device-include=^v",
         ],
     ] {
-        assert_same(&scrape_both(&bin, &t.0, &sys, flags), "arp");
+        assert_same(&scrape_both(&bin, t.path(), &sys, flags), "arp");
     }
     // The live host, node_exporter over netlink (its default): the same
     // entries as the live /proc/net/arp.
@@ -438,7 +419,9 @@ fn arp() {
 
 #[test]
 fn udp_queues() {
-    let Some(bin) = node_exporter() else { return };
+    let Some(bin) = common::node_exporter() else {
+        return;
+    };
     let pair = scrape_both(
         &bin,
         &fixture("proc"),
@@ -449,8 +432,8 @@ fn udp_queues() {
     assert_eq!(us["node_udp_queues"].series.len(), 4);
     // Without IPv6: only the v4 series, for both.
     let t = Tree::of("proc");
-    std::fs::remove_file(t.0.join("net/udp6")).unwrap();
-    let pair = scrape_both(&bin, &t.0, &fixture("sys"), &["--collector.udp_queues"]);
+    std::fs::remove_file(t.path().join("net/udp6")).unwrap();
+    let pair = scrape_both(&bin, t.path(), &fixture("sys"), &["--collector.udp_queues"]);
     assert_eq!(
         assert_same(&pair, "udp_queues")["node_udp_queues"]
             .series
@@ -459,8 +442,8 @@ fn udp_queues() {
     );
     // known difference: with neither file node_exporter reports no data as
     // a failure; usescope exports nothing and succeeds.
-    std::fs::remove_file(t.0.join("net/udp")).unwrap();
-    let pair = scrape_both(&bin, &t.0, &fixture("sys"), &["--collector.udp_queues"]);
+    std::fs::remove_file(t.path().join("net/udp")).unwrap();
+    let pair = scrape_both(&bin, t.path(), &fixture("sys"), &["--collector.udp_queues"]);
     assert!(families(&pair.node_exporter).is_empty() && families(&pair.usescope).is_empty());
     assert_eq!(success(&pair.node_exporter, "udp_queues"), Some(0.0));
     assert_eq!(success(&pair.usescope, "udp_queues"), Some(1.0));
@@ -468,7 +451,9 @@ fn udp_queues() {
 
 #[test]
 fn bonding() {
-    let Some(bin) = node_exporter() else { return };
+    let Some(bin) = common::node_exporter() else {
+        return;
+    };
     // bond0: one slave up, one down; bond1: its only slave "going back".
     let pair = scrape_both(
         &bin,
@@ -492,14 +477,14 @@ fn bonding() {
     );
     t.write("class/net/bond2/bonding/slaves", "");
     assert_same(
-        &scrape_both(&bin, &fixture("proc"), &t.0, &["--collector.bonding"]),
+        &scrape_both(&bin, &fixture("proc"), t.path(), &["--collector.bonding"]),
         "bonding",
     );
     // known difference: a slave whose status file is gone (released
     // mid-scrape) fails node_exporter's collector (no data) and is left
     // out by usescope.
-    std::fs::remove_dir_all(t.0.join("class/net/bond0/slave_eth1")).unwrap();
-    let pair = scrape_both(&bin, &fixture("proc"), &t.0, &["--collector.bonding"]);
+    std::fs::remove_dir_all(t.path().join("class/net/bond0/slave_eth1")).unwrap();
+    let pair = scrape_both(&bin, &fixture("proc"), t.path(), &["--collector.bonding"]);
     assert_eq!(success(&pair.node_exporter, "bonding"), Some(0.0));
     assert_eq!(success(&pair.usescope, "bonding"), Some(1.0));
     let us = families(&pair.usescope);
@@ -508,7 +493,12 @@ fn bonding() {
     // known difference: no bonding driver (no bonding_masters): node_exporter
     // reports no data as a failure, usescope exports nothing and succeeds.
     let none = Tree::empty();
-    let pair = scrape_both(&bin, &fixture("proc"), &none.0, &["--collector.bonding"]);
+    let pair = scrape_both(
+        &bin,
+        &fixture("proc"),
+        none.path(),
+        &["--collector.bonding"],
+    );
     assert_eq!(success(&pair.node_exporter, "bonding"), Some(0.0));
     assert_eq!(success(&pair.usescope, "bonding"), Some(1.0));
     assert!(families(&pair.usescope).is_empty());
@@ -520,12 +510,14 @@ fn bonding() {
 /// linear) with the sysfs md attributes of the fixture.
 #[test]
 fn mdadm() {
-    let Some(bin) = node_exporter() else { return };
+    let Some(bin) = common::node_exporter() else {
+        return;
+    };
     // md9's resync is DELAYED, so its md/sync_completed reads "delayed";
     // see below for what node_exporter makes of that. Here it reads "none".
     let sys = Tree::of("sys");
     sys.write("block/md9/md/sync_completed", "none\n");
-    let pair = scrape_both(&bin, &fixture("large"), &sys.0, &["--collector.mdadm"]);
+    let pair = scrape_both(&bin, &fixture("large"), sys.path(), &["--collector.mdadm"]);
     let us = assert_same(&pair, "mdadm");
     assert_eq!(us.len(), 7, "{:?}", us.keys());
     let state = |dev: &str, s: &str| {
@@ -565,7 +557,7 @@ fn mdadm() {
     let pair = scrape_both(
         &bin,
         &fixture("large"),
-        &Tree::empty().0,
+        Tree::empty().path(),
         &["--collector.mdadm"],
     );
     assert_eq!(assert_same(&pair, "mdadm").len(), 5);

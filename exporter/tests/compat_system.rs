@@ -13,39 +13,18 @@
 //!
 //! node_exporter is `$NODE_EXPORTER`, else `~/go/bin/node_exporter`
 //! (scripts/compat-node-exporter.sh installs it). Without it the tests
-//! print a SKIPPED line, unless `USESCOPE_REQUIRE_BPF=1` (CI), which makes
-//! a missing oracle a failure.
+//! skip through common/skip.rs, and fail in CI (`USESCOPE_REQUIRE_BPF=1`
+//! or `CI=true`), where a missing oracle is a failure.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Daemon, fixture, http_get};
-
-fn node_exporter() -> Option<PathBuf> {
-    let path = std::env::var_os("NODE_EXPORTER")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join("go/bin/node_exporter")))
-        .unwrap_or_else(|| PathBuf::from("/root/go/bin/node_exporter"));
-    if path.is_file() {
-        return Some(path);
-    }
-    if common::bpf_required() {
-        panic!(
-            "node_exporter not found at {} and USESCOPE_REQUIRE_BPF=1",
-            path.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED compat_system: no node_exporter at {} (set NODE_EXPORTER, or run scripts/compat-node-exporter.sh)",
-        path.display()
-    );
-    None
-}
 
 /// A node_exporter process on a loopback port, killed (by its own pid) on
 /// drop.
@@ -304,7 +283,9 @@ const ALL_SYSTEM: [&str; 6] = [
 
 #[test]
 fn captured_fixture_tree() {
-    let Some(ne) = node_exporter() else { return };
+    let Some(ne) = common::node_exporter() else {
+        return;
+    };
     let r = roots(&fixture("proc"), &fixture("sys"), &fixture("rootfs"));
     let flags = [
         "--collector.cpu",
@@ -333,7 +314,9 @@ fn captured_fixture_tree() {
 
 #[test]
 fn two_socket_host_with_cpu_info() {
-    let Some(ne) = node_exporter() else { return };
+    let Some(ne) = common::node_exporter() else {
+        return;
+    };
     let tree = fixture("two-socket");
     let r = roots(&tree.join("proc"), &tree.join("sys"), &fixture("rootfs"));
     let flags = [
@@ -372,7 +355,9 @@ fn two_socket_host_with_cpu_info() {
 
 #[test]
 fn os_release_with_quotes_and_escapes() {
-    let Some(ne) = node_exporter() else { return };
+    let Some(ne) = common::node_exporter() else {
+        return;
+    };
     let rootfs = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(rootfs.path().join("usr/lib")).unwrap();
     std::fs::copy(
@@ -395,7 +380,9 @@ fn os_release_with_quotes_and_escapes() {
 
 #[test]
 fn live_host() {
-    let Some(ne) = node_exporter() else { return };
+    let Some(ne) = common::node_exporter() else {
+        return;
+    };
     let r = roots(Path::new("/proc"), Path::new("/sys"), Path::new("/"));
     let flags: Vec<&str> = ALL_SYSTEM
         .iter()
@@ -430,7 +417,9 @@ fn live_host() {
 
 #[test]
 fn node_exporter_build_info_has_node_exporters_labels() {
-    let Some(ne) = node_exporter() else { return };
+    let Some(ne) = common::node_exporter() else {
+        return;
+    };
     let r = roots(&fixture("proc"), &fixture("sys"), &fixture("rootfs"));
     let (n, u) = both(&ne, &r, &["--collector.time"], &[]);
     let (n, u) = (parse(&n), parse(&u));

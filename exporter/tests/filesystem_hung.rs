@@ -12,20 +12,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::hangfs::{HungMount, SIGSTOP, SIGTERM};
 use common::{Daemon, http_get, sample};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Where a test mounts hangfs.
-fn mount_dir(name: &str) -> PathBuf {
-    std::env::temp_dir()
-        .join(format!("usescope-fs-{name}-{}", std::process::id()))
-        .join("mnt")
-}
 
 /// usescope with the filesystem collector only, one stat worker, a 1 s
 /// mount timeout, and only `/` and `mount` included: other tests' hung
@@ -65,8 +58,8 @@ fn statfs_threads(pid: u32) -> usize {
 
 /// Mounts hangfs at `dir` and checks that PID 1 sees it (the collector
 /// reads /proc/1/mountinfo); `None` when the test is skipped.
-fn hung_mount(test: &str, dir: PathBuf) -> Option<HungMount> {
-    let m = HungMount::mount(test, dir)?;
+fn hung_mount(base: tempfile::TempDir) -> Option<HungMount> {
+    let m = HungMount::mount(base)?;
     assert!(
         m.is_mounted_for("1"),
         "{} is not in /proc/1/mountinfo: this test must share PID 1's mount namespace",
@@ -152,9 +145,10 @@ fn stopped_fuse_server_times_out_one_mount_and_sigterm_exits() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // The daemon first, so that the mount is dropped (released) first if
     // the test fails: a daemon stuck in it could not be reaped before.
-    let dir = mount_dir("stop");
+    let base = HungMount::base();
+    let dir = base.path().join("mnt");
     let d = start(&dir);
-    let Some(mount) = hung_mount("stopped_fuse_server_times_out_one_mount", dir) else {
+    let Some(mount) = hung_mount(base) else {
         return;
     };
     mount.signal(SIGSTOP);
@@ -167,9 +161,7 @@ fn stopped_fuse_server_times_out_one_mount_and_sigterm_exits() {
         "exit took {:?}",
         t.elapsed()
     );
-    let base = mount.dir.parent().unwrap().to_path_buf();
     drop(mount);
-    let _ = std::fs::remove_dir_all(base);
 }
 
 /// The server has taken the statfs and never answers: that thread cannot
@@ -179,9 +171,10 @@ fn stopped_fuse_server_times_out_one_mount_and_sigterm_exits() {
 #[test]
 fn fuse_server_holding_statfs_times_out_one_mount() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = mount_dir("hold");
+    let base = HungMount::base();
+    let dir = base.path().join("mnt");
     let mut d = start(&dir);
-    let Some(mount) = hung_mount("fuse_server_holding_statfs_times_out_one_mount", dir) else {
+    let Some(mount) = hung_mount(base) else {
         return;
     };
     assert_scrapes_skip(&d, &mount.dir);
@@ -192,7 +185,6 @@ fn fuse_server_holding_statfs_times_out_one_mount() {
         "shutdown did not finish within 5 s:\n{}",
         d.log().join("\n")
     );
-    let base = mount.dir.parent().unwrap().to_path_buf();
     drop(mount);
     let end = Instant::now() + Duration::from_secs(5);
     let status = loop {
@@ -206,5 +198,4 @@ fn fuse_server_holding_statfs_times_out_one_mount() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?}");
-    let _ = std::fs::remove_dir_all(base);
 }

@@ -33,17 +33,6 @@ use common::{Daemon, fixture, http_get};
 /// node_exporter 1.12's default fs-types-exclude, plus FUSE.
 const FS_TYPES_EXCLUDE: &str = "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|erofs|sysfs|tracefs|fuse|fuse\\..+)$";
 
-fn node_exporter() -> Option<PathBuf> {
-    let mut candidates = vec![PathBuf::from("/root/go/bin/node_exporter")];
-    if let Some(home) = std::env::var_os("HOME") {
-        candidates.insert(0, Path::new(&home).join("go/bin/node_exporter"));
-    }
-    if let Some(p) = std::env::var_os("NODE_EXPORTER") {
-        candidates.insert(0, PathBuf::from(p));
-    }
-    candidates.into_iter().find(|p| p.is_file())
-}
-
 /// node_exporter's own fixture procfs, from the Go module cache.
 fn node_exporter_fixture() -> Option<PathBuf> {
     let cache = std::env::var_os("GOMODCACHE")
@@ -229,15 +218,7 @@ fn compare_exact(what: &str, ne_bin: &Path, args: &[String]) -> usize {
 
 #[test]
 fn same_series_and_values_as_node_exporter() {
-    let Some(ne) = node_exporter() else {
-        if common::bpf_required() {
-            panic!(
-                "node_exporter not found and USESCOPE_REQUIRE_BPF=1 (scripts/compat-node-exporter.sh installs it)"
-            );
-        }
-        eprintln!(
-            "SKIPPED same_series_and_values_as_node_exporter: no node_exporter (set NODE_EXPORTER, or run scripts/compat-node-exporter.sh)"
-        );
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let types = format!("--collector.filesystem.fs-types-exclude={FS_TYPES_EXCLUDE}");
@@ -265,19 +246,19 @@ fn same_series_and_values_as_node_exporter() {
         &[captured, absent.clone()],
     );
 
-    match node_exporter_fixture() {
-        Some(tree) => {
-            let procfs = format!("--path.procfs={}", tree.display());
-            let n = compare_exact(
-                "node_exporter's fixture, absent rootfs",
-                &ne,
-                &[procfs.clone(), absent],
-            );
-            assert!(n >= 16, "{n}");
-            compare_live("node_exporter's fixture, rootfs /", &ne, &[procfs]);
-        }
-        None => eprintln!(
-            "skipped node_exporter's fixture tree: not in the Go module cache (go mod download github.com/prometheus/node_exporter@v1.12.1)"
-        ),
+    let tree = node_exporter_fixture();
+    if common::skip::unless_met(
+        tree.is_some(),
+        "node_exporter's fixture tree in the Go module cache (go mod download github.com/prometheus/node_exporter@v1.12.1)",
+    ) && let Some(tree) = tree
+    {
+        let procfs = format!("--path.procfs={}", tree.display());
+        let n = compare_exact(
+            "node_exporter's fixture, absent rootfs",
+            &ne,
+            &[procfs.clone(), absent],
+        );
+        assert!(n >= 16, "{n}");
+        compare_live("node_exporter's fixture, rootfs /", &ne, &[procfs]);
     }
 }

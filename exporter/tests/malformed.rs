@@ -23,7 +23,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use common::{Daemon, copy_tree, fixture};
+use common::{Daemon, copy_dir, fixture};
 use usescope::collectors::{ALL, Root};
 
 /// A file a collector reads: root, path under it, owner, whether its
@@ -240,9 +240,9 @@ const NO_PROBES: &[&str] = &[
 /// not seen (docs/collectors/system.md).
 const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme", "cpu"];
 
-/// The sysfs copy that goes with a procfs copy: `TREE-sys`.
+/// The sysfs copy that goes with a procfs copy: `sys` next to it.
 fn sys_of(tree: &Path) -> PathBuf {
-    PathBuf::from(format!("{}-sys", tree.display()))
+    tree.with_file_name("sys")
 }
 
 /// Where a source is in the copies.
@@ -256,18 +256,15 @@ fn path_of(tree: &Path, f: &File) -> PathBuf {
     }
 }
 
-fn remove_trees(tree: &Path) {
-    let _ = std::fs::remove_dir_all(tree);
-    let _ = std::fs::remove_dir_all(sys_of(tree));
-}
-
 /// A copy of the captured tree, plus the synthetic tree's file for every
 /// source the capture host lacked (schedstat, pressure/irq), and next to
-/// it a copy of the sysfs tree (see [`sys_of`]).
-fn tree_with_every_source() -> PathBuf {
-    let tree = copy_tree(&fixture("proc"));
-    let sys = copy_tree(&fixture("sys"));
-    std::fs::rename(&sys, sys_of(&tree)).unwrap();
+/// it a copy of the sysfs tree (see [`sys_of`]); both removed when the
+/// returned guard drops.
+fn tree_with_every_source() -> (tempfile::TempDir, PathBuf) {
+    let dir = common::temp_dir();
+    let tree = dir.path().join("proc");
+    copy_dir(&fixture("proc"), &tree);
+    copy_dir(&fixture("sys"), &sys_of(&tree));
     for f in files().iter().filter(|f| f.root == Root::Procfs) {
         let (dest, large) = (tree.join(f.path), fixture("large").join(f.path));
         if !dest.exists() && large.exists() {
@@ -275,7 +272,7 @@ fn tree_with_every_source() -> PathBuf {
             std::fs::copy(large, dest).unwrap();
         }
     }
-    tree
+    (dir, tree)
 }
 
 /// `--collector.NAME` for every collector that is off by default, and
@@ -331,7 +328,7 @@ fn owned_families(tree: &Path, collector: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_file_every_corruption() {
-    let tree = tree_with_every_source();
+    let (_dir, tree) = tree_with_every_source();
     let all = every_collector();
     let daemon = start(&tree, &all.iter().map(String::as_str).collect::<Vec<_>>());
     let baseline = daemon.scrape();
@@ -458,7 +455,6 @@ fn every_file_every_corruption() {
     if let Some(p) = log.iter().find(|l| l.contains("panicked")) {
         failures.push(format!("panic in log: {p}"));
     }
-    remove_trees(&tree);
     assert!(
         failures.is_empty(),
         "{} problems:\n{}",
@@ -469,7 +465,7 @@ fn every_file_every_corruption() {
 
 #[test]
 fn garbage_log_names_file_and_line() {
-    let tree = tree_with_every_source();
+    let (_dir, tree) = tree_with_every_source();
     std::fs::write(tree.join("loadavg"), "0.1 0.2 zz 1/2 3\n").unwrap();
     let d = start(&tree, &[]);
     let expo = d.scrape();
@@ -484,12 +480,11 @@ fn garbage_log_names_file_and_line() {
     );
     assert!(line.contains("line=1"), "{line}");
     assert!(line.contains("zz"), "{line}");
-    remove_trees(&tree);
 }
 
 #[test]
 fn absent_file_is_not_a_failure_and_comes_back() {
-    let tree = tree_with_every_source();
+    let (_dir, tree) = tree_with_every_source();
     let d = start(&tree, &[]);
     let before = d.scrape();
     assert!(common::sample(&before, "node_nf_conntrack_entries_limit").is_some());
@@ -514,5 +509,4 @@ fn absent_file_is_not_a_failure_and_comes_back() {
     let back = d.scrape();
     assert_eq!(success(&back, "conntrack"), Some(1.0));
     assert!(common::sample(&back, "node_nf_conntrack_entries_limit").is_some());
-    remove_trees(&tree);
 }

@@ -6,9 +6,9 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{Daemon, can_run_bpf};
+use common::Daemon;
 
 fn status_field(pid: u32, field: &str) -> String {
     task_status_field(&format!("/proc/{pid}/status"), field)
@@ -61,10 +61,10 @@ fn usescope_under_setpriv(options: &[&str]) -> std::process::Command {
 }
 
 /// A procfs tree whose `loadavg` belongs to another user, mode 0600.
-fn tree_with_private_loadavg(owner: u32) -> PathBuf {
+fn tree_with_private_loadavg(owner: u32) -> tempfile::TempDir {
     let tree = common::copy_tree(&common::fixture("proc"));
-    make_world_readable(&tree);
-    let file = tree.join("loadavg");
+    make_world_readable(tree.path());
+    let file = tree.path().join("loadavg");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::os::unix::fs::chown(&file, Some(owner), Some(owner)).unwrap();
     tree
@@ -88,10 +88,11 @@ fn make_world_readable(dir: &Path) {
 /// file of another owner stays unread.
 #[test]
 fn scrape_cannot_read_another_users_private_file() {
-    if !can_run_bpf("scrape_cannot_read_another_users_private_file") {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
-    let tree = tree_with_private_loadavg(65534);
+    let tree_dir = tree_with_private_loadavg(65534);
+    let tree = tree_dir.path();
     let procfs = format!("--path.procfs={}", tree.display());
     let d = Daemon::start(&[
         &procfs,
@@ -127,10 +128,10 @@ fn scrape_cannot_read_another_users_private_file() {
         Some(1.0)
     );
     assert!(d.stop().success());
-    let _ = std::fs::remove_dir_all(&tree);
 
     // And under --runtime.user, a root-owned 0600 file is out of reach too.
-    let tree = tree_with_private_loadavg(0);
+    let tree_dir = tree_with_private_loadavg(0);
+    let tree = tree_dir.path();
     let procfs = format!("--path.procfs={}", tree.display());
     let d = Daemon::start(&[
         &procfs,
@@ -146,12 +147,11 @@ fn scrape_cannot_read_another_users_private_file() {
     );
     assert!(!d.log().iter().any(|l| l.contains("still running as root")));
     assert!(d.stop().success());
-    let _ = std::fs::remove_dir_all(&tree);
 }
 
 #[test]
 fn root_daemon_drops_every_capability_after_attach() {
-    if !can_run_bpf("root_daemon_drops_every_capability_after_attach") {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let d = Daemon::start(&[]);
@@ -171,7 +171,7 @@ fn root_daemon_drops_every_capability_after_attach() {
 
 #[test]
 fn runtime_user_switches_uid() {
-    if !can_run_bpf("runtime_user_switches_uid") {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let d = Daemon::start(&["--runtime.user=nobody"]);
@@ -196,14 +196,12 @@ fn runtime_user_switches_uid() {
 /// holds no capability at all.
 #[test]
 fn non_root_with_file_capabilities_attaches_then_drops_everything() {
-    if !can_run_bpf("non_root_with_file_capabilities_attaches_then_drops_everything") {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("usescope-filecaps-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("usescope");
+    let dir = common::temp_dir();
+    let bin = dir.path().join("usescope");
     std::fs::copy(common::bin(), &bin).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let setcap = std::process::Command::new("setcap")
         .args(["cap_bpf,cap_perfmon,cap_sys_admin,cap_setpcap+ep"])
@@ -231,7 +229,6 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
     }
     assert_no_capabilities(&d);
     assert!(d.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The container image's entrypoint passes --runtime.user=65534; started
@@ -323,7 +320,7 @@ fn unknown_runtime_user_fails_startup_with_one_line() {
 /// emptied: the log must say so instead of claiming it was.
 #[test]
 fn an_unprivileged_start_says_the_bounding_set_stayed() {
-    if !can_run_bpf("an_unprivileged_start_says_the_bounding_set_stayed") {
+    if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
     let cmd = usescope_under_setpriv(&["--reuid=65534", "--regid=65534", "--clear-groups"]);

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::{Daemon, bpf_required, can_run_bpf, sample, sum_of};
+use common::{Daemon, can_run_bpf, sample, sum_of};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -26,19 +26,18 @@ fn serial() -> MutexGuard<'static, ()> {
 /// Only the probe collectors and their status: quicker scrapes, less noise.
 const ARGS: &[&str] = &["--collector.disable-defaults", "--collector.loadavg"];
 
-/// Whether `probe` is up. Down fails the test under USESCOPE_REQUIRE_BPF=1
-/// (a probe that silently reports 0 must not pass CI), else it skips.
+/// Whether `probe` is up. Down is a skip, and a failure in CI (a probe that
+/// silently reports 0 must not pass CI).
 fn probe_up(d: &Daemon, expo: &str, probe: &str) -> bool {
     let up = sample(expo, &format!("usescope_probe_up{{probe=\"{probe}\"}}"));
     if up == Some(1.0) {
         return true;
     }
     let log = d.log().join("\n");
-    if bpf_required() {
-        panic!("probe {probe} is not up ({up:?}) and USESCOPE_REQUIRE_BPF=1; log:\n{log}");
-    }
-    eprintln!("SKIPPED: probe {probe} is not up ({up:?}); log:\n{log}");
-    false
+    common::skip::unless_met(
+        false,
+        &format!("probe {probe} up (usescope_probe_up is {up:?}); log: {log}"),
+    )
 }
 
 fn drops(expo: &str, reason: &str) -> f64 {
@@ -65,7 +64,7 @@ fn udp_to_closed_port(n: usize) {
 
 #[test]
 fn drops_count_udp_to_closed_port_as_no_socket() {
-    if !can_run_bpf("drops_count_udp_to_closed_port_as_no_socket") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -94,7 +93,7 @@ fn drops_count_udp_to_closed_port_as_no_socket() {
 
 /// A directory on a disk filesystem: the page cache does not apply to
 /// tmpfs files the way it does to disk files.
-fn disk_dir() -> PathBuf {
+fn disk_dir() -> tempfile::TempDir {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     let tmp = std::env::temp_dir();
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -106,9 +105,10 @@ fn disk_dir() -> PathBuf {
     } else {
         PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
     };
-    let dir = base.join(format!("usescope-cachestat-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    tempfile::Builder::new()
+        .prefix("usescope-cachestat-")
+        .tempdir_in(base)
+        .unwrap()
 }
 
 fn read_all(path: &Path) -> u64 {
@@ -133,14 +133,14 @@ fn cache(expo: &str) -> (f64, f64) {
 
 #[test]
 fn cachestat_cold_then_warm_read() {
-    if !can_run_bpf("cachestat_cold_then_warm_read") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
     const SIZE: usize = 64 << 20;
     let pages = (SIZE / 4096) as f64;
     let dir = disk_dir();
-    let path = dir.join("cold.bin");
+    let path = dir.path().join("cold.bin");
     {
         let f = std::fs::File::create(&path).unwrap();
         let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
@@ -161,7 +161,7 @@ fn cachestat_cold_then_warm_read() {
     let s1 = d.scrape();
     assert_eq!(read_all(&path), SIZE as u64);
     let s2 = d.scrape();
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop(dir);
 
     let ((a0, m0), (a1, m1), (a2, m2)) = (cache(&s0), cache(&s1), cache(&s2));
     let cold_misses = m1 - m0;
@@ -281,7 +281,7 @@ fn assert_histogram_sane(expo: &str) {
 
 #[test]
 fn runqlat_counts_every_wakeup_of_a_ping_pong() {
-    if !can_run_bpf("runqlat_counts_every_wakeup_of_a_ping_pong") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -316,7 +316,7 @@ fn runqlat_counts_every_wakeup_of_a_ping_pong() {
 
 #[test]
 fn runqlat_tiny_start_map_skips_instead_of_corrupting() {
-    if !can_run_bpf("runqlat_tiny_start_map_skips_instead_of_corrupting") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -372,7 +372,7 @@ fn loaded_programs() -> Vec<(u32, String)> {
 
 #[test]
 fn sigterm_detaches_every_program() {
-    if !can_run_bpf("sigterm_detaches_every_program") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -415,7 +415,7 @@ fn sigterm_detaches_every_program() {
 
 #[test]
 fn second_instance_does_not_disturb_the_first() {
-    if !can_run_bpf("second_instance_does_not_disturb_the_first") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -497,7 +497,7 @@ fn start_unprivileged() -> (Child, SocketAddr, Arc<Mutex<Vec<String>>>) {
 
 #[test]
 fn without_privileges_probes_are_down_and_proc_metrics_stay() {
-    if !can_run_bpf("without_privileges_probes_are_down_and_proc_metrics_stay") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -570,7 +570,7 @@ fn pids_with_args(words: &[&str]) -> Vec<i32> {
 
 #[test]
 fn a_killed_loader_takes_only_the_probes_down() {
-    if !can_run_bpf("a_killed_loader_takes_only_the_probes_down") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -634,7 +634,7 @@ fn a_killed_loader_takes_only_the_probes_down() {
 /// are off unless asked for; asked for, they count the probe's runs.
 #[test]
 fn bpf_statistics_are_opt_in() {
-    if !can_run_bpf("bpf_statistics_are_opt_in") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();
@@ -679,7 +679,7 @@ fn status_kb(pid: u32, field: &str) -> u64 {
 /// bound only catches loading creeping back into the daemon (46 MB then).
 #[test]
 fn the_daemon_never_holds_the_btf_parse() {
-    if !can_run_bpf("the_daemon_never_holds_the_btf_parse") {
+    if !can_run_bpf() {
         return;
     }
     let _g = serial();

@@ -9,25 +9,20 @@ use std::process::{Command, Stdio};
 
 use common::Daemon;
 
-fn promtool_available(test: &str) -> bool {
-    let ok = Command::new("promtool")
+fn promtool_available() -> bool {
+    let runs = Command::new("promtool")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!(
-                "{test}: promtool is missing (scripts/setup.sh installs the prometheus package)"
-            );
-        }
-        eprintln!("SKIPPED {test}: promtool not installed (apt-get install prometheus)");
-    }
-    ok
+    common::skip::unless_met(
+        runs,
+        "promtool (Debian package prometheus; scripts/setup.sh installs it)",
+    )
 }
 
 #[test]
 fn promtool_check_metrics_on_real_proc() {
-    if !promtool_available("promtool_check_metrics_on_real_proc") {
+    if !promtool_available() {
         return;
     }
     // Probes on when we may load them, so their families are linted too.
@@ -45,7 +40,7 @@ fn promtool_check_metrics_on_real_proc() {
 /// files: histograms, summaries, escapes, NaN and infinities.
 #[test]
 fn promtool_check_metrics_on_hardware_and_textfile_fixtures() {
-    if !promtool_available("promtool_check_metrics_on_hardware_and_textfile_fixtures") {
+    if !promtool_available() {
         return;
     }
     let f = common::fixture;

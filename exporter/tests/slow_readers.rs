@@ -12,7 +12,6 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::FromRawFd;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::Daemon;
@@ -21,7 +20,7 @@ const MAX_REQUESTS: usize = 10;
 const INTERFACES: usize = 8000;
 
 /// The fixture procfs with `INTERFACES` interfaces in net/dev.
-fn tree_with_many_interfaces() -> PathBuf {
+fn tree_with_many_interfaces() -> tempfile::TempDir {
     let tree = common::copy_tree(&common::fixture("proc"));
     let mut dev = String::from(
         "Inter-|   Receive                                                |  Transmit\n \
@@ -32,7 +31,7 @@ fn tree_with_many_interfaces() -> PathBuf {
             "veth{i:08x}: {i} 11 12 13 14 15 16 17 {i} 21 22 23 24 25 26 27\n"
         ));
     }
-    std::fs::write(tree.join("net/dev"), dev).unwrap();
+    std::fs::write(tree.path().join("net/dev"), dev).unwrap();
     tree
 }
 
@@ -116,7 +115,8 @@ fn page_bytes(d: &Daemon) -> u64 {
 
 #[test]
 fn slow_readers_hold_at_most_max_requests_pages() {
-    let tree = tree_with_many_interfaces();
+    let tree_dir = tree_with_many_interfaces();
+    let tree = tree_dir.path();
     let d = Daemon::start(&[
         &format!("--path.procfs={}", tree.display()),
         &format!("--web.max-requests={MAX_REQUESTS}"),
@@ -185,5 +185,4 @@ fn slow_readers_hold_at_most_max_requests_pages() {
         "slow readers: page {page_kb} kB, baseline {baseline_kb} kB, peak {peak} kB (bound {bound_kb} kB), after {now_kb} kB"
     );
     assert!(d.stop().success());
-    let _ = std::fs::remove_dir_all(Path::new(&tree));
 }

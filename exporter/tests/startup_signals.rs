@@ -134,7 +134,7 @@ fn usescope_programs() -> Vec<u32> {
 
 #[test]
 fn sighup_at_any_moment_of_startup_keeps_every_probe() {
-    if !can_run_bpf("sighup_at_any_moment_of_startup_keeps_every_probe") {
+    if !can_run_bpf() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -159,7 +159,7 @@ fn sighup_at_any_moment_of_startup_keeps_every_probe() {
 
 #[test]
 fn sigterm_at_any_moment_of_startup_exits_zero_and_leaves_no_program() {
-    if !can_run_bpf("sigterm_at_any_moment_of_startup_exits_zero_and_leaves_no_program") {
+    if !can_run_bpf() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

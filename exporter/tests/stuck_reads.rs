@@ -8,17 +8,18 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::hangfs::{HungMount, SIGSTOP, SIGTERM};
 use common::{Daemon, http_get, sample};
 
 /// A copy of the fixture procfs whose `loadavg` points into the mount.
-fn tree_with_loadavg_in(mount: &Path) -> PathBuf {
+fn tree_with_loadavg_in(mount: &Path) -> tempfile::TempDir {
     let tree = common::copy_tree(&common::fixture("proc"));
-    std::fs::remove_file(tree.join("loadavg")).unwrap();
-    std::os::unix::fs::symlink(mount.join("loadavg"), tree.join("loadavg")).unwrap();
+    let loadavg = tree.path().join("loadavg");
+    std::fs::remove_file(&loadavg).unwrap();
+    std::os::unix::fs::symlink(mount.join("loadavg"), loadavg).unwrap();
     tree
 }
 
@@ -90,14 +91,12 @@ fn assert_deadline_then_skip(d: &Daemon) {
 /// kernel, killably. SIGTERM ends the daemon within 5 s.
 #[test]
 fn stopped_fuse_server_costs_one_collector_and_sigterm_still_exits() {
-    let base = std::env::temp_dir().join(format!("usescope-hung-stop-{}", std::process::id()));
-    let Some(mount) = HungMount::mount("stopped_fuse_server_costs_one_collector", base.join("mnt"))
-    else {
+    let Some(mount) = HungMount::mount(HungMount::base()) else {
         return;
     };
     mount.signal(SIGSTOP);
     let tree = tree_with_loadavg_in(&mount.dir);
-    let d = start(&tree);
+    let d = start(tree.path());
     assert_deadline_then_skip(&d);
     let t = Instant::now();
     let status = d.stop();
@@ -108,8 +107,6 @@ fn stopped_fuse_server_costs_one_collector_and_sigterm_still_exits() {
         t.elapsed()
     );
     drop(mount);
-    let _ = std::fs::remove_dir_all(&tree);
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// The server has taken the read and never answers. The kernel will not
@@ -119,15 +116,11 @@ fn stopped_fuse_server_costs_one_collector_and_sigterm_still_exits() {
 /// links, and the process is gone as soon as the mount is released.
 #[test]
 fn fuse_server_holding_a_read_costs_one_collector() {
-    let base = std::env::temp_dir().join(format!("usescope-hung-hold-{}", std::process::id()));
-    let Some(mount) = HungMount::mount(
-        "fuse_server_holding_a_read_costs_one_collector",
-        base.join("mnt"),
-    ) else {
+    let Some(mount) = HungMount::mount(HungMount::base()) else {
         return;
     };
     let tree = tree_with_loadavg_in(&mount.dir);
-    let mut d = start(&tree);
+    let mut d = start(tree.path());
     assert_deadline_then_skip(&d);
     common::hangfs::signal(d.child.id(), SIGTERM);
     assert!(
@@ -149,6 +142,4 @@ fn fuse_server_holding_a_read_costs_one_collector() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?}");
-    let _ = std::fs::remove_dir_all(&tree);
-    let _ = std::fs::remove_dir_all(&base);
 }

@@ -9,7 +9,6 @@ mod common;
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,30 +32,26 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `--web.config.file` with basic auth users, in its own directory.
 struct WebFile {
-    dir: PathBuf,
+    /// Removed when the file drops.
+    dir: tempfile::TempDir,
 }
 
 impl WebFile {
-    fn users(tag: &str, users: &[(&str, &str)]) -> WebFile {
-        let dir =
-            std::env::temp_dir().join(format!("usescope-attack-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    fn users(users: &[(&str, &str)]) -> WebFile {
+        let dir = common::temp_dir();
         let mut yaml = String::from("basic_auth_users:\n");
         for (user, hash) in users {
             yaml.push_str(&format!("  {user}: '{hash}'\n"));
         }
-        std::fs::write(dir.join("web.yml"), yaml).unwrap();
+        std::fs::write(dir.path().join("web.yml"), yaml).unwrap();
         WebFile { dir }
     }
 
     fn arg(&self) -> String {
-        format!("--web.config.file={}", self.dir.join("web.yml").display())
-    }
-}
-
-impl Drop for WebFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        format!(
+            "--web.config.file={}",
+            self.dir.path().join("web.yml").display()
+        )
     }
 }
 
@@ -247,7 +242,7 @@ fn wrong_password_flood_neither_locks_out_scrapers_nor_outlives_itself() {
     let fresh: Vec<String> = (0..4).map(|i| format!("fresh{i}")).collect();
     let mut users = vec![("prometheus", HASH_COST10)];
     users.extend(fresh.iter().map(|u| (u.as_str(), HASH_COST10)));
-    let web = WebFile::users("flood", &users);
+    let web = WebFile::users(&users);
     let d = start("proc", &[&web.arg()]);
     let (addr, pid) = (d.addr, d.child.id());
     let known = basic("prometheus", "right-password");
@@ -335,7 +330,7 @@ fn wrong_password_flood_neither_locks_out_scrapers_nor_outlives_itself() {
 
 #[test]
 fn logins_abandoned_by_their_clients_are_not_checked() {
-    let web = WebFile::users("abandon", &[("alice", HASH_COST12)]);
+    let web = WebFile::users(&[("alice", HASH_COST12)]);
     let d = start("proc", &[&web.arg()]);
     let pid = d.child.id();
     let cpu_before = cpu_seconds(pid);
@@ -538,7 +533,7 @@ fn running_out_of_file_descriptors_does_not_break_scrapes() {
 
 #[test]
 fn unknown_users_cost_the_same_as_known_ones() {
-    let web = WebFile::users("timing", &[("alice", HASH_COST12)]);
+    let web = WebFile::users(&[("alice", HASH_COST12)]);
     let d = start("proc", &[&web.arg()]);
     let timeout = Duration::from_secs(30);
     let (mut known, mut unknown) = (Vec::new(), Vec::new());

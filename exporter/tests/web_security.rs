@@ -17,14 +17,15 @@ use std::time::{Duration, Instant};
 use common::{Daemon, fixture};
 
 struct Certs {
+    /// Removed when the certificates drop.
+    _temp: tempfile::TempDir,
     dir: PathBuf,
 }
 
 impl Certs {
-    fn new(tag: &str) -> Certs {
-        let dir = std::env::temp_dir().join(format!("usescope-tls-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    fn new() -> Certs {
+        let temp = common::temp_dir();
+        let dir = temp.path().to_path_buf();
         let run = |args: &[&str]| {
             let out = Command::new("openssl")
                 .args(args)
@@ -97,7 +98,7 @@ impl Certs {
                 &format!("{who}.ext"),
             ]);
         }
-        Certs { dir }
+        Certs { _temp: temp, dir }
     }
     fn path(&self, f: &str) -> String {
         self.dir.join(f).display().to_string()
@@ -106,12 +107,6 @@ impl Certs {
         let p = self.dir.join("web.yml");
         std::fs::write(&p, yaml).unwrap();
         p
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -145,7 +140,7 @@ fn curl(args: &[&str]) -> String {
 
 #[test]
 fn tls_serves_https_and_refuses_plain_http() {
-    let c = Certs::new("tls");
+    let c = Certs::new();
     let cfg = c.write_config(
         "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS12\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n",
     );
@@ -183,7 +178,7 @@ fn tls_serves_https_and_refuses_plain_http() {
 
 #[test]
 fn mutual_tls_requires_a_client_certificate() {
-    let c = Certs::new("mtls");
+    let c = Certs::new();
     let cfg = c.write_config(
         "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
     );
@@ -206,7 +201,7 @@ fn mutual_tls_requires_a_client_certificate() {
 
 #[test]
 fn basic_auth_and_reload_on_sighup() {
-    let c = Certs::new("auth");
+    let c = Certs::new();
     let h1 = bcrypt::hash("first-secret", 4).unwrap();
     let cfg = c.write_config(&format!("basic_auth_users:\n  prometheus: '{h1}'\n"));
     let d = start_with(&cfg);
@@ -245,7 +240,7 @@ unsafe extern "C" {
 
 #[test]
 fn bad_config_files_stop_startup_with_one_line() {
-    let c = Certs::new("bad");
+    let c = Certs::new();
     let cases: &[(&str, &str)] = &[
         ("tls_server_config: [unclosed", "invalid YAML"),
         (
@@ -327,7 +322,7 @@ fn wait_for_lines(d: &Daemon, needle: &str, n: usize) -> bool {
 
 #[test]
 fn reload_that_would_weaken_tls_or_auth_is_refused() {
-    let c = Certs::new("downgrade");
+    let c = Certs::new();
     let h1 = bcrypt::hash("first-secret", 4).unwrap();
     let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
     let users = format!("basic_auth_users:\n  prometheus: '{h1}'\n");
@@ -397,7 +392,7 @@ fn reload_that_would_weaken_tls_or_auth_is_refused() {
 
 #[test]
 fn stalled_tls_handshakes_are_closed() {
-    let c = Certs::new("stall");
+    let c = Certs::new();
     let cfg =
         c.write_config("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
     let d = start_with(&cfg);
@@ -421,8 +416,8 @@ fn stalled_tls_handshakes_are_closed() {
     }
 }
 
-fn auth_daemon(tag: &str, extra: &[&str]) -> (Certs, Daemon) {
-    let c = Certs::new(tag);
+fn auth_daemon(extra: &[&str]) -> (Certs, Daemon) {
+    let c = Certs::new();
     let h = bcrypt::hash("secret", 4).unwrap();
     let cfg = c.write_config(&format!("basic_auth_users:\n  prometheus: '{h}'\n"));
     let mut args = vec![format!("--web.config.file={}", cfg.display())];
@@ -450,7 +445,7 @@ fn basic(scheme: &str, user: &str, password: &str) -> String {
 
 #[test]
 fn basic_scheme_is_case_insensitive() {
-    let (_c, d) = auth_daemon("scheme", &[]);
+    let (_c, d) = auth_daemon(&[]);
     for scheme in ["Basic", "basic", "BASIC"] {
         let r = d.get_with(
             "/metrics",
@@ -467,7 +462,7 @@ fn basic_scheme_is_case_insensitive() {
 
 #[test]
 fn failed_logins_are_logged_with_the_peer_at_most_once_a_second() {
-    let (_c, d) = auth_daemon("faillog", &[]);
+    let (_c, d) = auth_daemon(&[]);
     let wrong = basic("Basic", "prometheus", "hunter2-guess");
     assert_eq!(
         d.get_with("/metrics", &[("Authorization", &wrong)]).status,
@@ -525,7 +520,8 @@ fn failed_logins_are_logged_with_the_peer_at_most_once_a_second() {
 
 #[test]
 fn landing_page_shows_collector_errors_only_behind_auth() {
-    let tree = common::copy_tree(&fixture("proc"));
+    let tree_dir = common::copy_tree(&fixture("proc"));
+    let tree = tree_dir.path();
     std::fs::write(tree.join("loadavg"), "not a loadavg\n").unwrap();
     let procfs = format!("--path.procfs={}", tree.display());
     let tree_text = tree.display().to_string();
@@ -545,7 +541,7 @@ fn landing_page_shows_collector_errors_only_behind_auth() {
     );
     drop(d);
 
-    let (_c, d) = auth_daemon("landing", &[&procfs]);
+    let (_c, d) = auth_daemon(&[&procfs]);
     let auth = basic("Basic", "prometheus", "secret");
     assert_eq!(
         d.get_with("/metrics", &[("Authorization", &auth)]).status,
@@ -557,7 +553,6 @@ fn landing_page_shows_collector_errors_only_behind_auth() {
         page.contains(&tree_text),
         "no error text behind auth:\n{page}"
     );
-    let _ = std::fs::remove_dir_all(&tree);
 }
 
 #[test]

@@ -259,7 +259,7 @@ impl Collector for ConntrackCollector {
 mod tests {
     use super::*;
     use crate::collectors::test_support::render;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/net/stat/nf_conntrack");
 
@@ -280,28 +280,20 @@ mod tests {
     }
 
     /// A scratch procfs tree removed on drop.
-    struct TempTree(PathBuf);
+    struct TempTree(tempfile::TempDir);
 
     impl TempTree {
-        fn new(name: &str) -> TempTree {
-            let dir = std::env::temp_dir()
-                .join(format!("usescope-conntrack-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(dir.join("sys/net/netfilter")).unwrap();
-            std::fs::create_dir_all(dir.join("net/stat")).unwrap();
+        fn new() -> TempTree {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("sys/net/netfilter")).unwrap();
+            std::fs::create_dir_all(dir.path().join("net/stat")).unwrap();
             TempTree(dir)
         }
         fn write(&self, rel: &str, content: &str) {
-            std::fs::write(self.0.join(rel), content).unwrap();
+            std::fs::write(self.0.path().join(rel), content).unwrap();
         }
         fn collector(&self) -> Box<dyn Collector> {
-            build(&Settings::with_roots(&self.0, "/nonexistent"))
-        }
-    }
-
-    impl Drop for TempTree {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
+            build(&Settings::with_roots(self.0.path(), "/nonexistent"))
         }
     }
 
@@ -425,7 +417,7 @@ mod tests {
 
     #[test]
     fn collector_on_a_nearly_full_table_with_drops() {
-        let t = TempTree::new("full");
+        let t = TempTree::new();
         t.write("sys/net/netfilter/nf_conntrack_count", "95\n");
         t.write("sys/net/netfilter/nf_conntrack_max", "100\n");
         // Two CPUs; drop 0x10+0x20, early_drop 3+4, insert_failed 1+0.
@@ -456,7 +448,7 @@ mod tests {
 
     #[test]
     fn module_not_loaded_emits_nothing() {
-        let t = TempTree::new("absent");
+        let t = TempTree::new();
         let mut c = t.collector();
         assert_eq!(render(c.as_mut()).unwrap(), "");
         // The module loads: the sysctls appear before the stat file does.
@@ -469,7 +461,7 @@ mod tests {
 
     #[test]
     fn mismatched_stat_row_fails_naming_file_and_line() {
-        let t = TempTree::new("mismatch");
+        let t = TempTree::new();
         t.write("sys/net/netfilter/nf_conntrack_count", "95\n");
         t.write("sys/net/netfilter/nf_conntrack_max", "100\n");
         let row = "00000000 ".repeat(17);
@@ -485,7 +477,7 @@ mod tests {
 
     #[test]
     fn bad_sysctl_fails_naming_file() {
-        let t = TempTree::new("badsysctl");
+        let t = TempTree::new();
         t.write("sys/net/netfilter/nf_conntrack_count", "lots\n");
         let e = render(t.collector().as_mut()).unwrap_err();
         assert!(e.file.ends_with("nf_conntrack_count"));

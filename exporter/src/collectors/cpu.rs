@@ -842,7 +842,7 @@ mod tests {
     use crate::collectors::test_support::{fixture, render};
     use crate::exposition::Format;
     use proptest::prelude::*;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     fn tail() -> &'static str {
         "intr 5 0 0\nctxt 6\nbtime 7\nprocesses 8\nprocs_running 1\nprocs_blocked 0\n"
@@ -869,14 +869,8 @@ mod tests {
         assert_eq!(clamp(None, &dip), dip);
     }
 
-    fn temp_tree(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "usescope-cpu-{name}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn temp_tree() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
     }
 
     fn collect(c: &mut dyn Collector) -> String {
@@ -928,10 +922,11 @@ mod tests {
     /// scrapes, and checks node_exporter's clamp and offline handling.
     #[test]
     fn collector_clamps_across_scrapes() {
-        let dir = temp_tree("clamp");
+        let temp = temp_tree();
+        let dir = temp.path();
         let file = dir.join("stat");
         let write = |cpus: &str| std::fs::write(&file, format!("{cpus}{}", tail())).unwrap();
-        let mut c = build_on(&dir);
+        let mut c = build_on(dir);
         let idle = |out: &str, cpu: u32| {
             value(
                 out,
@@ -985,7 +980,6 @@ mod tests {
         assert_eq!(e.file, file);
         write("cpu0 5 0 1 9790 1\ncpu2 1 0 1 19990 2\n");
         assert_eq!(idle(&collect(c.as_mut()), 0), Some(98.0));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     proptest! {
@@ -1184,16 +1178,16 @@ mod tests {
 
     #[test]
     fn broken_cpuinfo_fails_only_with_info() {
-        let dir = temp_tree("cpuinfo");
+        let temp = temp_tree();
+        let dir = temp.path();
         std::fs::copy(fixture("proc").join("stat"), dir.join("stat")).unwrap();
         std::fs::write(dir.join("cpuinfo"), "processor\t: 0\ncpu MHz\t\t: x\n").unwrap();
-        let mut s = Settings::with_roots(&dir, "/nonexistent");
+        let mut s = Settings::with_roots(dir, "/nonexistent");
         assert!(render(build(&s).as_mut()).is_ok());
         s.set(INFO, Some(FlagValue::Bool(true)));
         let e = render(build(&s).as_mut()).unwrap_err();
         assert_eq!(e.file, dir.join("cpuinfo"));
         assert_eq!(e.line, Some(2));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

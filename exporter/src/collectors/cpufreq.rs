@@ -35,9 +35,9 @@ use std::path::{Path, PathBuf};
 use crate::collector::Collector;
 use crate::collectors::cpu::parse_cpu_range_into;
 use crate::collectors::sysfs::{Families, read_raw, read_trimmed};
-use crate::collectors::textfile::glob;
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
+use crate::source::{DirListing, Read, SourceFile};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{parse_fresh, single_field};
 
@@ -171,6 +171,8 @@ pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
 
 pub struct CpufreqCollector {
     cpu_dir: PathBuf,
+    listing: DirListing,
+    offline_file: SourceFile,
     offline: Vec<u32>,
     families: Families,
 }
@@ -178,6 +180,8 @@ pub struct CpufreqCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(CpufreqCollector {
         cpu_dir: s.sysfs.join("devices/system/cpu"),
+        listing: DirListing::default(),
+        offline_file: SourceFile::small(&s.sysfs, "devices/system/cpu/offline"),
         offline: Vec::new(),
         families: Families::default(),
     })
@@ -200,38 +204,38 @@ fn uint_attr(path: &Path) -> Result<Option<u64>, CollectError> {
 
 impl CpufreqCollector {
     /// `cpu[0-9]*` under the cpu directory, less the offline ones, with
-    /// their numbers.
+    /// their numbers. The directory and `offline` keep their descriptors
+    /// between scrapes.
     fn cpus(&mut self) -> Result<Vec<(PathBuf, String)>, CollectError> {
-        let pattern = format!("{}/cpu[0-9]*", self.cpu_dir.display());
-        let cpus = glob(&pattern).unwrap_or_default();
-        let offline_path = self.cpu_dir.join("offline");
-        match std::fs::read(&offline_path) {
-            Ok(raw) => {
-                let text = String::from_utf8_lossy(&raw);
-                parse_cpu_range_into(&text, &mut self.offline)
-                    .map_err(|e| CollectError::from_parse(&offline_path, e))?;
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound && cpus.is_empty() => {
+        if !self.listing.read(&self.cpu_dir)? {
+            self.offline.clear();
+            return Ok(Vec::new());
+        }
+        match self.offline_file.read()? {
+            Read::Text(text) => parse_cpu_range_into(text, &mut self.offline)
+                .map_err(|e| self.offline_file.parse_error(e))?,
+            Read::Absent if self.listing.numbered("cpu").next().is_none() => {
                 self.offline.clear();
             }
-            Err(e) => return Err(CollectError::io(&offline_path, e)),
+            Read::Absent => {
+                return Err(CollectError::io(
+                    self.offline_file.path(),
+                    std::io::Error::from(ErrorKind::NotFound),
+                ));
+            }
         }
-        let mut out = Vec::with_capacity(cpus.len());
-        for p in cpus {
-            let path = PathBuf::from(&p);
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().trim_start_matches("cpu").to_string())
-                .unwrap_or_default();
+        let mut out = Vec::new();
+        for (entry, name) in self.listing.numbered("cpu") {
+            let path = self.cpu_dir.join(&entry.name);
             if !self.offline.is_empty() {
                 let id: u32 = name.parse().map_err(|_| {
-                    CollectError::other(&path, format!("cpu number {}", excerpt(&name)))
+                    CollectError::other(&path, format!("cpu number {}", excerpt(name)))
                 })?;
                 if self.offline.binary_search(&id).is_ok() {
                     continue;
                 }
             }
-            out.push((path, name));
+            out.push((path, name.to_string()));
         }
         Ok(out)
     }

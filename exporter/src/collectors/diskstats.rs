@@ -708,26 +708,19 @@ mod tests {
     }
 
     /// A scratch directory removed on drop.
-    struct TempDir(PathBuf);
+    struct TempDir(tempfile::TempDir);
 
     impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let dir = std::env::temp_dir()
-                .join(format!("usescope-diskstats-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
+        fn new() -> TempDir {
+            TempDir(tempfile::tempdir().unwrap())
+        }
+        fn path(&self) -> &Path {
+            self.0.path()
         }
         fn write(&self, rel: &str, content: &str) {
-            let p = self.0.join(rel);
+            let p = self.path().join(rel);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, content).unwrap();
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 
@@ -849,7 +842,7 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
 
     #[test]
     fn info_labels_from_sysfs() {
-        let sys = TempDir::new("sys");
+        let sys = TempDir::new();
         sys.write("block/nvme0n1/queue/rotational", "0\n");
         sys.write("block/nvme0n1/wwid", "eui.0025388b91b1b3d4\n");
         sys.write(
@@ -863,12 +856,12 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
         sys.write("block/sda/device/rev", "0001\n");
         sys.write("block/vda/serial", "overlayblk");
         sys.write("block/cciss!c0d0/queue/rotational", "1\n");
-        let proc = TempDir::new("proc");
+        let proc = TempDir::new();
         proc.write(
             "diskstats",
             " 259 0 nvme0n1 1 0 0 0 0 0 0 0 0 0 0\n 259 1 nvme0n1p1 1 0 0 0 0 0 0 0 0 0 0\n   8 0 sda 1 0 0 0 0 0 0 0 0 0 0\n 254 0 vda 1 0 0 0 0 0 0 0 0 0 0\n 104 0 cciss/c0d0 1 0 0 0 0 0 0 0 0 0 0\n",
         );
-        let mut c = build(&Settings::with_roots(&proc.0, &sys.0));
+        let mut c = build(&Settings::with_roots(proc.path(), sys.path()));
         let out = render(c.as_mut()).unwrap();
         let info: Vec<&str> = out
             .lines()
@@ -897,15 +890,15 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
         assert_eq!(props, [("B".into(), "x=y".into()), ("A".into(), "2".into())]);
 
         let udev = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/udev");
-        let proc = TempDir::new("udev");
+        let proc = TempDir::new();
         proc.write(
             "diskstats",
             "   8 0 sda 1 0 0 0 0 0 0 0 0 0 0\n 252 1 dm-1 1 0 0 0 0 0 0 0 0 0 0\n 254 0 vda 1 0 0 0 0 0 0 0 0 0 0\n 259 0 nvme0n1 1 0 0 0 0 0 0 0 0 0 0\n",
         );
-        let sys = TempDir::new("udevsys");
+        let sys = TempDir::new();
         sys.write("block/sda/queue/rotational", "1\n");
         sys.write("block/nvme0n1/device/model", "Some NVMe\n");
-        let mut s = Settings::with_roots(&proc.0, &sys.0);
+        let mut s = Settings::with_roots(proc.path(), sys.path());
         s.udev = Some(udev);
         let out = render(build(&s).as_mut()).unwrap();
         let lines = |prefix: &str| -> Vec<String> {
@@ -937,12 +930,12 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
 
     #[test]
     fn mixed_widths_emit_each_family_for_the_devices_that_have_it() {
-        let proc = TempDir::new("mixed");
+        let proc = TempDir::new();
         proc.write(
             "diskstats",
             &format!("{VDA}\n   8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n"),
         );
-        let out = render(build(&Settings::with_roots(&proc.0, "/nonexistent")).as_mut()).unwrap();
+        let out = render(build(&Settings::with_roots(proc.path(), "/nonexistent")).as_mut()).unwrap();
         assert!(out.contains("node_disk_discard_time_seconds_total{device=\"vda\"} 0.31\nnode_disk_discard_time_seconds_total{device=\"sda\"} 0.015\n"));
         assert!(out.contains(
             "# TYPE node_disk_flush_requests_total counter\nnode_disk_flush_requests_total{device=\"vda\"} 1547\n# HELP"
@@ -951,16 +944,16 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
 
     #[test]
     fn exclude_decisions_are_cached_and_forgotten_with_the_device() {
-        let proc = TempDir::new("cache");
-        let sys = TempDir::new("cachesys");
+        let proc = TempDir::new();
+        let sys = TempDir::new();
         sys.write("block/sdb/queue/rotational", "1\n");
         proc.write(
             "diskstats",
             "8 16 sdb 1 0 0 0 0 0 0 0 0 0 0\n8 17 sdb1 1 0 0 0 0 0 0 0 0 0 0\n",
         );
         let mut c = DiskStatsCollector {
-            file: SourceFile::new(&proc.0, "diskstats"),
-            sysfs: sys.0.clone(),
+            file: SourceFile::new(proc.path(), "diskstats"),
+            sysfs: sys.path().to_path_buf(),
             udev: None,
             exclude: Some(Regex::new(DEFAULT_DEVICE_EXCLUDE).unwrap()),
             devices: Vec::new(),
@@ -1012,8 +1005,8 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
 
     #[test]
     fn absent_and_bad_files() {
-        let proc = TempDir::new("absent");
-        let mut c = build(&Settings::with_roots(&proc.0, "/nonexistent"));
+        let proc = TempDir::new();
+        let mut c = build(&Settings::with_roots(proc.path(), "/nonexistent"));
         assert_eq!(render(c.as_mut()).unwrap(), "");
         proc.write("diskstats", &format!("{VDA}\n   8 0 sda 1 2\n"));
         let e = render(c.as_mut()).unwrap_err();

@@ -84,10 +84,11 @@ mod tests {
 
     #[test]
     fn each_file_on_its_own() {
-        let dir = std::env::temp_dir().join(format!("usescope-entropy-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let random = dir.join("sys/kernel/random");
         std::fs::create_dir_all(&random).unwrap();
-        let mut c = build(&Settings::with_roots(&dir, "/nonexistent"));
+        let mut c = build(&Settings::with_roots(dir, "/nonexistent"));
         assert_eq!(render(c.as_mut()).unwrap(), "");
         std::fs::write(random.join("entropy_avail"), "3712\n").unwrap();
         let out = render(c.as_mut()).unwrap();
@@ -97,6 +98,5 @@ mod tests {
         let e = render(c.as_mut()).unwrap_err();
         assert_eq!(e.file, random.join("poolsize"));
         assert_eq!(e.line, Some(1));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

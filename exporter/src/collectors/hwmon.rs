@@ -34,6 +34,7 @@ use crate::collectors::textfile::go_parse_float;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
+use crate::source::DirListing;
 
 pub const CHIP_INCLUDE: &str = "collector.hwmon.chip-include";
 pub const CHIP_EXCLUDE: &str = "collector.hwmon.chip-exclude";
@@ -339,12 +340,14 @@ pub struct HwmonCollector {
     chip_exclude: Option<Regex>,
     sensor_include: Option<Regex>,
     sensor_exclude: Option<Regex>,
+    listing: DirListing,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(HwmonCollector {
         class: s.sysfs.join("class/hwmon"),
+        listing: DirListing::default(),
         chip_include: s.regex(CHIP_INCLUDE).cloned(),
         chip_exclude: s.regex(CHIP_EXCLUDE).cloned(),
         sensor_include: s.regex(SENSOR_INCLUDE).cloned(),
@@ -463,15 +466,10 @@ impl HwmonCollector {
 impl Collector for HwmonCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let entries = match std::fs::read_dir(&self.class) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&self.class, e)),
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .collect();
-        names.sort();
+        if !self.listing.read(&self.class)? {
+            return Ok(());
+        }
+        let names = self.listing.entries().iter().map(|e| e.name.clone());
         // (dir, base name, name file)
         let mut chips = Vec::new();
         let mut chip_counts: HashMap<String, usize> = HashMap::new();

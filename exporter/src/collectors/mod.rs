@@ -792,7 +792,8 @@ mod registry_tests {
     /// parser by this.
     #[test]
     fn collectors_reject_what_their_parsers_reject() {
-        let base = std::env::temp_dir().join(format!("usescope-registry-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let base = temp.path();
         let mut failures = Vec::new();
         for spec in ALL
             .iter()
@@ -859,7 +860,6 @@ mod registry_tests {
                 std::fs::write(&path, &original).unwrap();
             }
         }
-        let _ = std::fs::remove_dir_all(&base);
         assert!(
             failures.is_empty(),
             "{} cases:\n{}",

@@ -790,15 +790,15 @@ mod tests {
 
     #[test]
     fn selection_follows_a_changed_header() {
-        let dir = std::env::temp_dir().join(format!("usescope-netstat-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         std::fs::create_dir_all(dir.join("net")).unwrap();
         std::fs::write(
             dir.join("net/netstat"),
             "TcpExt: TW ListenDrops\nTcpExt: 1 2\n",
         )
         .unwrap();
-        let mut c = build(&Settings::with_roots(&dir, "/nonexistent"));
+        let mut c = build(&Settings::with_roots(dir, "/nonexistent"));
         let out = render(c.as_mut()).unwrap();
         let samples: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
@@ -831,6 +831,5 @@ mod tests {
         let e = render(c.as_mut()).unwrap_err();
         assert!(e.file.ends_with("net/netstat"));
         assert_eq!(e.line, Some(2));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -373,6 +373,39 @@ pub struct OsCollector {
     etc: SourceFile,
     usr_lib: SourceFile,
     parsed: OsRelease,
+    /// The file `parsed` came from, as stat saw it just before the read,
+    /// and what was derived from it.
+    cached: Option<(Identity, Derived)>,
+}
+
+/// What changes when os-release is edited or replaced: a package upgrade
+/// renames a new file into place (inode), an edit in place moves the size,
+/// mtime or ctime (which even a write that restores the mtime moves).
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct Identity {
+    first: bool,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Identity {
+    /// The identity of the file at `path`, following symlinks as the read
+    /// does (`/etc/os-release` is usually a link to /usr/lib).
+    fn of(path: &Path, first: bool) -> Option<Identity> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Identity {
+            first,
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
@@ -380,6 +413,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         etc: SourceFile::new(&s.rootfs, "etc/os-release"),
         usr_lib: SourceFile::new(&s.rootfs, "usr/lib/os-release"),
         parsed: OsRelease::default(),
+        cached: None,
     })
 }
 
@@ -393,12 +427,28 @@ fn read(file: &mut SourceFile, out: &mut OsRelease) -> Result<Option<Derived>, C
 
 impl Collector for OsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let derived = match read(&mut self.etc, &mut self.parsed)? {
-            Some(d) => d,
-            None => match read(&mut self.usr_lib, &mut self.parsed)? {
-                Some(d) => d,
-                None => return Ok(()),
-            },
+        // os-release is read again only when stat says it changed: the
+        // file is the same at almost every scrape, and reading it (open,
+        // checks, read, close, parse) costs several times the stat.
+        let now = Identity::of(self.etc.path(), true)
+            .or_else(|| Identity::of(self.usr_lib.path(), false));
+        let derived = match (self.cached, now) {
+            (Some((was, d)), Some(now)) if was == now => d,
+            _ => {
+                self.cached = None;
+                let (derived, first) = match read(&mut self.etc, &mut self.parsed)? {
+                    Some(d) => (d, true),
+                    None => match read(&mut self.usr_lib, &mut self.parsed)? {
+                        Some(d) => (d, false),
+                        None => return Ok(()),
+                    },
+                };
+                // Cached only if what was stat'ed is the file that was read.
+                if let Some(now) = now.filter(|n| n.first == first) {
+                    self.cached = Some((now, derived));
+                }
+                derived
+            }
         };
         let v = &self.parsed.values;
         let labels: [(&str, &str); 12] =
@@ -576,5 +626,43 @@ mod tests {
         let e = scrape(t.path()).unwrap_err();
         assert_eq!(e.file, etc_path(t.path()));
         assert_eq!(e.line, Some(1));
+    }
+
+    /// The file is read again only when stat says it changed: an edit in
+    /// place that keeps size and mtime, a replacement by rename, a switch
+    /// to the /usr/lib fallback and a removal must each show at once.
+    #[test]
+    fn changes_show_at_the_next_scrape() {
+        let t = tree(Some("ID=aaa
+"), Some("ID=lib
+"));
+        let etc = etc_path(t.path());
+        let mut s = Settings::with_roots("/nonexistent", "/nonexistent");
+        s.rootfs = t.path().to_path_buf();
+        let mut c = build(&s);
+        let id = |c: &mut Box<dyn Collector>| {
+            let out = render(c.as_mut()).unwrap();
+            out.split(",id=\"").nth(1).map(|r| r[..r.find('"').unwrap()].to_string())
+        };
+        assert_eq!(id(&mut c).as_deref(), Some("aaa"));
+        assert_eq!(id(&mut c).as_deref(), Some("aaa"));
+        // Same size, mtime put back: only the ctime moves.
+        let mtime = std::fs::metadata(&etc).unwrap().modified().unwrap();
+        std::fs::write(&etc, "ID=bbb\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&etc)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(id(&mut c).as_deref(), Some("bbb"));
+        let new = t.path().join("etc/os-release.new");
+        std::fs::write(&new, "ID=ccc\n").unwrap();
+        std::fs::rename(&new, &etc).unwrap();
+        assert_eq!(id(&mut c).as_deref(), Some("ccc"));
+        std::fs::remove_file(&etc).unwrap();
+        assert_eq!(id(&mut c).as_deref(), Some("lib"));
+        std::fs::remove_file(t.path().join("usr/lib/os-release")).unwrap();
+        assert_eq!(id(&mut c), None);
     }
 }

@@ -39,6 +39,7 @@ use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::parse_fresh;
+use crate::source::DirListing;
 
 pub const IGNORED: &str = "collector.powersupply.ignored-supplies";
 
@@ -287,6 +288,7 @@ fn trim_bytes(raw: &[u8]) -> &[u8] {
 pub struct PowerSupplyCollector {
     class: PathBuf,
     ignored: Option<Regex>,
+    listing: DirListing,
     families: Families,
 }
 
@@ -294,6 +296,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(PowerSupplyCollector {
         class: s.sysfs.join("class/power_supply"),
         ignored: s.regex(IGNORED).cloned(),
+        listing: DirListing::default(),
         families: Families::default(),
     })
 }
@@ -350,20 +353,13 @@ fn read_supply(dir: &Path, out: &mut Supply) -> Result<(), CollectError> {
 impl Collector for PowerSupplyCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let entries = match std::fs::read_dir(&self.class) {
-            Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&self.class, e)),
-        };
-        let mut names: Vec<String> = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| CollectError::io(&self.class, e))?;
-            names.push(entry.file_name().to_string_lossy().into_owned());
+        if !self.listing.read(&self.class)? {
+            return Ok(());
         }
-        names.sort();
         let mut supply = Supply::default();
         let mut help = String::new();
-        for name in &names {
+        for entry in self.listing.entries() {
+            let name = &entry.name;
             read_supply(&self.class.join(name), &mut supply)?;
             if self.ignored.as_ref().is_some_and(|r| r.is_match(name)) {
                 continue;

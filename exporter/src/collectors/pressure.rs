@@ -326,7 +326,8 @@ mod tests {
 
     #[test]
     fn collector_handles_irq_and_missing_lines() {
-        let dir = std::env::temp_dir().join(format!("usescope-psi-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let p = dir.join("pressure");
         std::fs::create_dir_all(&p).unwrap();
         // No PSI at all: nothing, and no error.
@@ -336,7 +337,7 @@ mod tests {
             "full avg10=0.00 avg60=0.00 avg300=0.00 total=2500000\n",
         )
         .unwrap();
-        let out = scrape(&dir).unwrap();
+        let out = scrape(dir).unwrap();
         assert!(
             out.ends_with("node_pressure_irq_stalled_seconds_total 2.5\n"),
             "{out}"
@@ -347,11 +348,10 @@ mod tests {
             "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
         )
         .unwrap();
-        let e = scrape(&dir).unwrap_err();
+        let e = scrape(dir).unwrap_err();
         assert!(
             e.to_string().contains("pressure/memory:2: no `full` line"),
             "{e}"
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

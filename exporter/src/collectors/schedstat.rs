@@ -198,7 +198,7 @@ impl Collector for SchedstatCollector {
 mod tests {
     use super::*;
     use crate::exposition::Format;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     fn parse(s: &str) -> Result<Schedstat, ParseError> {
         parse_fresh(s, parse_into)
@@ -306,21 +306,16 @@ domain0 00000005 10 9 1 0 0 0 0 9 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 
         String::from_utf8(buf).unwrap()
     }
 
-    fn temp_tree() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "usescope-schedstat-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn temp_tree() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
     }
 
     #[test]
     fn collector_on_synthetic_version_15() {
-        let dir = temp_tree();
+        let temp = temp_tree();
+        let dir = temp.path();
         std::fs::write(dir.join("schedstat"), V15).unwrap();
-        let out = collect(&dir);
+        let out = collect(dir);
         for line in [
             "# HELP node_schedstat_running_seconds_total Number of seconds CPU spent running a process.",
             "# TYPE node_schedstat_running_seconds_total counter",
@@ -336,7 +331,6 @@ domain0 00000005 10 9 1 0 0 0 0 9 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
         }
         assert!(!out.contains("cpu=\"1\""));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// This machine's kernel has no /proc/schedstat, like the captured tree.

@@ -324,15 +324,15 @@ mod tests {
 
     #[test]
     fn without_ipv6_and_with_unknown_keys() {
-        let dir = std::env::temp_dir().join(format!("usescope-sockstat-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         std::fs::create_dir_all(dir.join("net")).unwrap();
         std::fs::write(
             dir.join("net/sockstat"),
             "sockets: used 3\nTCP: inuse 2 orphan 0 tw 32768 alloc 2 mem 1 newkey 5\n",
         )
         .unwrap();
-        let mut c = collector(&Settings::with_roots(&dir, "/nonexistent"), 65536);
+        let mut c = collector(&Settings::with_roots(dir, "/nonexistent"), 65536);
         let out = render(&mut c).unwrap();
         assert!(out.contains("node_sockstat_TCP_tw 32768\n"));
         assert!(out.contains("node_sockstat_TCP_mem_bytes 65536\n"));
@@ -346,6 +346,5 @@ mod tests {
         let e = render(&mut c).unwrap_err();
         assert!(e.cause.contains("overflows"));
         assert_eq!(e.line, Some(1));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, read_trimmed};
-use crate::collectors::textfile::glob;
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
+use crate::source::DirListing;
 use crate::parse::{i64_field, parse_fresh, single_field};
 
 pub const SPEC: Spec = Spec {
@@ -53,12 +53,14 @@ pub fn parse_into(text: &str, out: &mut i64) -> Result<(), ParseError> {
 
 pub struct ThermalZoneCollector {
     class: PathBuf,
+    listing: DirListing,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(ThermalZoneCollector {
         class: s.sysfs.join("class/thermal"),
+        listing: DirListing::default(),
         families: Families::default(),
     })
 }
@@ -74,39 +76,27 @@ fn int_attr(path: &Path) -> Result<Option<i64>, CollectError> {
     Ok(Some(v))
 }
 
-/// The devices matching `PREFIX[0-9]*` under `class`, with their numbers.
-fn devices(class: &Path, prefix: &str) -> Vec<(PathBuf, String)> {
-    let pattern = format!("{}/{prefix}[0-9]*", class.display());
-    glob(&pattern)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|p| {
-            let path = PathBuf::from(&p);
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().trim_start_matches(prefix).to_string())
-                .unwrap_or_default();
-            (path, name)
-        })
-        .collect()
-}
-
 impl Collector for ThermalZoneCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        for (dir, zone) in devices(&self.class, "thermal_zone") {
+        if !self.listing.read(&self.class)? {
+            return Ok(());
+        }
+        for (entry, zone) in self.listing.numbered("thermal_zone") {
+            let dir = self.class.join(&entry.name);
             let kind = read_trimmed(&dir.join("type")).unwrap_or_default();
             if let Some(t) = int_attr(&dir.join("temp"))? {
                 self.families.push(
                     TEMP,
                     TEMP_HELP,
                     MetricType::Gauge,
-                    &[("zone", &zone), ("type", &kind)],
+                    &[("zone", zone), ("type", &kind)],
                     t as f64 / 1000.0,
                 );
             }
         }
-        for (dir, name) in devices(&self.class, "cooling_device") {
+        for (entry, name) in self.listing.numbered("cooling_device") {
+            let dir = self.class.join(&entry.name);
             let Ok(kind) = read_trimmed(&dir.join("type")) else {
                 continue;
             };
@@ -116,7 +106,7 @@ impl Collector for ThermalZoneCollector {
             ) else {
                 continue;
             };
-            let labels = [("name", name.as_str()), ("type", kind.as_str())];
+            let labels = [("name", name), ("type", kind.as_str())];
             self.families
                 .push(CUR, CUR_HELP, MetricType::Gauge, &labels, cur as f64);
             self.families

@@ -1,11 +1,13 @@
 //! Kernel identity → `node_uname_info{domainname,machine,nodename,release,sysname,version} 1`.
 //!
-//! node_exporter takes all six labels from uname(2). usescope reads five of
-//! them from `<procfs>/sys/kernel/*`, which hold the same strings for the
-//! reader's UTS namespace, so that a fixture tree gives deterministic
-//! output; `machine` has no /proc file and comes from uname(2). A missing
-//! file (a procfs without sysctls) falls back to uname(2) as well: dashboards
-//! join on `node_uname_info` for the host name, so it is always exported.
+//! node_exporter takes all six labels from uname(2), and so does usescope
+//! when `--path.procfs` is a real procfs: its `sys/kernel/*` files show the
+//! reader's own UTS namespace, the strings uname(2) returns in one call
+//! instead of five sysctl reads. On a fixture tree (any other filesystem)
+//! five of them come from `<procfs>/sys/kernel/*`, so the output is
+//! deterministic; `machine` has no /proc file and comes from uname(2). A
+//! missing file falls back to uname(2) as well: dashboards join on
+//! `node_uname_info` for the host name, so it is always exported.
 
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
@@ -134,14 +136,19 @@ impl Utsname {
 
 pub struct UnameCollector {
     procfs: PathBuf,
-    /// One per [`Part::ALL`] entry; `None` for `machine`.
+    /// One per [`Part::ALL`] entry; `None` for `machine`, and all `None`
+    /// on a real procfs (uname(2) answers for all of them).
     files: [Option<SourceFile>; 6],
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(UnameCollector {
         procfs: s.procfs.clone(),
-        files: Part::ALL.map(|p| p.sysctl().map(|rel| SourceFile::small(&s.procfs, rel))),
+        files: if crate::source::is_procfs(&s.procfs) {
+            Default::default()
+        } else {
+            Part::ALL.map(|p| p.sysctl().map(|rel| SourceFile::small(&s.procfs, rel)))
+        },
     })
 }
 
@@ -265,15 +272,36 @@ mod tests {
         }
     }
 
+    /// On the live procfs the labels come from uname(2): they must say what
+    /// the five sysctl files say.
+    #[test]
+    fn live_procfs_agrees_with_its_sysctl_files() {
+        let out = scrape(Path::new("/proc")).unwrap();
+        let host = |f: &str| {
+            let s = std::fs::read_to_string(Path::new("/proc/sys/kernel").join(f)).unwrap();
+            s.trim_end_matches('\n').to_string()
+        };
+        for (label, file) in [
+            ("domainname", "domainname"),
+            ("nodename", "hostname"),
+            ("release", "osrelease"),
+            ("sysname", "ostype"),
+            ("version", "version"),
+        ] {
+            let want = format!("{label}=\"{}\"", host(file));
+            assert!(out.contains(&want), "{want} not in {out}");
+        }
+    }
+
     #[test]
     fn multi_line_file_names_path_and_line() {
-        let dir = std::env::temp_dir().join(format!("usescope-uname-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let k = dir.join("sys/kernel");
         std::fs::create_dir_all(&k).unwrap();
         std::fs::write(k.join("hostname"), "a\nb\n").unwrap();
-        let e = scrape(&dir).unwrap_err();
+        let e = scrape(dir).unwrap_err();
         assert_eq!(e.file, k.join("hostname"));
         assert_eq!(e.line, Some(2));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

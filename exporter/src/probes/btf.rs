@@ -339,10 +339,12 @@ pub(crate) mod tests {
 
     #[test]
     fn running_kernel_has_skb_drop_reason() {
-        let Ok(data) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-            eprintln!("SKIPPED: no /sys/kernel/btf/vmlinux");
+        let data = std::fs::read("/sys/kernel/btf/vmlinux");
+        let needs = "/sys/kernel/btf/vmlinux (a kernel with CONFIG_DEBUG_INFO_BTF)";
+        if !crate::test_skip::unless_met(data.is_ok(), needs) {
             return;
-        };
+        }
+        let data = data.unwrap();
         let enums = Btf::parse(&data).unwrap().enums().unwrap();
         let reasons = find_enum(&enums, "skb_drop_reason").expect("enum skb_drop_reason");
         assert!(

@@ -280,10 +280,12 @@ mod tests {
 
     #[test]
     fn running_kernel_names() {
-        let Ok(bytes) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-            eprintln!("SKIPPED running_kernel_names: no /sys/kernel/btf/vmlinux");
+        let bytes = std::fs::read("/sys/kernel/btf/vmlinux");
+        let needs = "/sys/kernel/btf/vmlinux (a kernel with CONFIG_DEBUG_INFO_BTF)";
+        if !crate::test_skip::unless_met(bytes.is_ok(), needs) {
             return;
-        };
+        }
+        let bytes = bytes.unwrap();
         let btf = Btf::parse(&bytes).unwrap();
         let enums = btf.enums().unwrap();
         let names = reason_names(find_enum(&enums, "skb_drop_reason"), &[]);

@@ -27,14 +27,24 @@ pub fn signal(pid: u32, sig: i32) {
 pub struct HungMount {
     pub dir: PathBuf,
     pub server: Child,
+    /// Holds `dir`; removed after the unmount (fields drop after `drop`).
+    _base: tempfile::TempDir,
 }
 
 impl HungMount {
-    /// None (after a skip line) when FUSE cannot be had and this is not CI.
-    pub fn mount(test: &str, dir: PathBuf) -> Option<HungMount> {
-        if !super::can_run_bpf(test) {
+    /// A fresh temporary directory to mount in: [`HungMount::mount`]
+    /// mounts at its `mnt`, which a test may name before mounting.
+    pub fn base() -> tempfile::TempDir {
+        super::temp_dir()
+    }
+
+    /// Mounts hangfs at `base`/mnt. None after a skip (a failure in CI)
+    /// when not root: mounting FUSE needs it.
+    pub fn mount(base: tempfile::TempDir) -> Option<HungMount> {
+        if !super::skip::unless_root("to mount a FUSE filesystem") {
             return None;
         }
+        let dir = base.path().join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
         let server = Command::new("/usr/bin/python3")
             .arg(HANGFS)
@@ -45,7 +55,11 @@ impl HungMount {
             .expect(
                 "start hangfs.py (needs Debian's python3-fusepy; scripts/setup.sh installs it)",
             );
-        let m = HungMount { dir, server };
+        let m = HungMount {
+            dir,
+            server,
+            _base: base,
+        };
         let end = Instant::now() + Duration::from_secs(10);
         while !m.is_mounted_for("self") {
             assert!(

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod hangfs;
+pub mod skip;
 
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_usescope"))
@@ -280,50 +281,53 @@ pub fn sum_of(exposition: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// Whether BPF tests must run: `USESCOPE_REQUIRE_BPF=1` (set by `.ci/run`)
-/// turns a missing privilege into a failure instead of a skip.
-pub fn bpf_required() -> bool {
-    std::env::var("USESCOPE_REQUIRE_BPF").is_ok_and(|v| v == "1")
+/// True when this process may load BPF programs (root); otherwise a skip
+/// or, in CI, a failure (see [`skip`]).
+pub fn can_run_bpf() -> bool {
+    skip::unless_root("to load BPF programs")
 }
 
-/// True when this process is root. If not, fails under
-/// `USESCOPE_REQUIRE_BPF=1`, otherwise prints a skip line and returns false.
-pub fn can_run_bpf(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { geteuid() } == 0;
-    if root {
-        return true;
-    }
-    if bpf_required() {
-        panic!(
-            "{test}: needs root for BPF but runs as uid {}, and USESCOPE_REQUIRE_BPF=1",
-            unsafe { geteuid() }
-        );
-    }
-    eprintln!(
-        "SKIPPED {test}: needs root for BPF (set USESCOPE_REQUIRE_BPF=1 to make this a failure)"
-    );
-    false
+/// node_exporter 1.12.1, the oracle of the compat tests: `$NODE_EXPORTER`,
+/// else `~/go/bin/node_exporter` (where scripts/setup.sh's `go install`
+/// puts it), else /root/go/bin/node_exporter. None after a skip (a
+/// failure in CI) when it is missing.
+pub fn node_exporter() -> Option<PathBuf> {
+    let path = std::env::var_os("NODE_EXPORTER")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var_os("HOME")?;
+            let p = Path::new(&home).join("go/bin/node_exporter");
+            p.is_file().then_some(p)
+        })
+        .unwrap_or_else(|| PathBuf::from("/root/go/bin/node_exporter"));
+    skip::tool(
+        &path,
+        "node_exporter 1.12.1: scripts/setup.sh installs it, or set NODE_EXPORTER",
+    )
 }
 
-unsafe extern "C" {
-    fn geteuid() -> u32;
-}
-
-/// Copies a fixture tree into a fresh temporary directory the test may edit.
-pub fn copy_tree(src: &Path) -> PathBuf {
-    let dst = std::env::temp_dir().join(format!(
-        "usescope-test-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    copy_dir(src, &dst);
+/// Copies a fixture tree into a fresh temporary directory the test may
+/// edit, removed when the returned guard drops. The directory is 0755, not
+/// tempfile's 0700: some tests run the daemon as another user on it.
+pub fn copy_tree(src: &Path) -> tempfile::TempDir {
+    let dst = temp_dir();
+    copy_dir(src, dst.path());
     dst
 }
 
-static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// A fresh temporary directory, 0755, removed when the guard drops.
+pub fn temp_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("usescope-test-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
 
-fn copy_dir(src: &Path, dst: &Path) {
+/// Copies the tree `src` to `dst` (created), keeping symbolic links.
+pub fn copy_dir(src: &Path, dst: &Path) {
     std::fs::create_dir_all(dst).unwrap();
     for e in std::fs::read_dir(src).unwrap() {
         let e = e.unwrap();
