@@ -237,7 +237,7 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
 /// the switch did not happen and why.
 #[test]
 fn runtime_user_without_setuid_keeps_serving_and_says_why() {
-    if !can_run_bpf("runtime_user_without_setuid_keeps_serving_and_says_why") {
+    if !common::skip::unless_root("to start the daemon as uid 0 with no capabilities") {
         return;
     }
     // Root with an empty bounding set: exec leaves no capability at all.
@@ -274,7 +274,7 @@ fn runtime_user_without_setuid_keeps_serving_and_says_why() {
 /// and no capability is needed to not switch.
 #[test]
 fn runtime_user_already_in_effect_needs_no_capabilities() {
-    if !can_run_bpf("runtime_user_already_in_effect_needs_no_capabilities") {
+    if !common::skip::unless_root("to start the daemon as uid 65534 through setpriv") {
         return;
     }
     let cmd = usescope_under_setpriv(&["--reuid=65534", "--regid=65534", "--groups=65534"]);

@@ -28,28 +28,30 @@
 # the first successful scrape.
 #
 # Needs root. Without it (or a tool) it skips, or fails when
-# USESCOPE_REQUIRE_BPF=1 (CI). Cleans up on every exit path: containers,
+# USESCOPE_REQUIRE_BPF=1 or CI=true. Cleans up on every exit path: containers,
 # dockerd and containerd (by PID), the namespaces, the work directory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
 
+# The project's skip convention (exporter/tests/common/skip.rs): a failure
+# under USESCOPE_REQUIRE_BPF=1 or CI=true, otherwise one USESCOPE-SKIPPED line.
 skip() {
-  if [ "${USESCOPE_REQUIRE_BPF:-0}" = 1 ]; then
-    echo "FAIL container test cannot run: $1 (USESCOPE_REQUIRE_BPF=1)"
+  if [ "${USESCOPE_REQUIRE_BPF:-0}" = 1 ] || [ "${CI:-}" = true ]; then
+    echo "FAIL container test cannot run: it needs $1 (USESCOPE_REQUIRE_BPF=1 or CI=true)"
     exit 1
   fi
-  echo "SKIP container test: $1"
+  echo "USESCOPE-SKIPPED test=tests/container/run.sh needs=$1"
   exit 0
 }
-[ "$(id -u)" = 0 ] || skip "needs root to start its own dockerd"
+[ "$(id -u)" = 0 ] || skip "root, to start its own dockerd"
 for tool in dockerd ctr runc docker-compose debootstrap unshare nsenter curl bpftool python3; do
-  command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh installs it)"
+  command -v "$tool" >/dev/null || skip "$tool (scripts/setup.sh installs it)"
 done
 # The client that comes with the engine (Debian's docker.io); another
 # docker on PATH may be a newer CLI that wants buildx for builds.
 docker=${USESCOPE_DOCKER:-/usr/bin/docker}
-[ -x "$docker" ] || skip "$docker is not installed (scripts/setup.sh installs docker.io)"
+[ -x "$docker" ] || skip "$docker (scripts/setup.sh installs docker.io)"
 bin=${USESCOPE_BIN:-target/release/usescope}
 if [ ! -x "$bin" ]; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
