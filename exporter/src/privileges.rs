@@ -111,7 +111,7 @@ pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<Dropped, String> 
     {
         user_not_switched = Some(format!(
             "--runtime.user {name} not applied: switching to uid {uid} needs CAP_SETUID and \
-             CAP_SETGID at start-up, and this process has neither (give them, or start it as \
+             CAP_SETGID at start-up, and this process lacks one or both (give them, or start it as \
              that user); a flaw in usescope would act with this uid's file access"
         ));
         target = None;
