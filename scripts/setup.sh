@@ -10,7 +10,11 @@ packages=(
   clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
   gcc libc6-dev                   # link Rust binaries; compile libdeflate (gzip) from its crate
   prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
-  docker-compose                  # offline validation of docker-compose.yml
+  docker-compose                  # docker-compose.yml: validation, and the stack in tests/container/run.sh
+  docker.io debootstrap           # tests/container/run.sh: its own dockerd (with containerd, runc, ctr), a base image made locally
+  iptables                        # tests/container/run.sh checks that the host has no Docker chains afterwards
+  binutils                        # strip, for the image's binary
+  python3-yaml                    # deploy/container/security.py reads the manifests
   python3 python3-venv curl openssl ca-certificates util-linux libcap2-bin
   systemd                         # systemd-analyze verify of the unit file
   wrk                             # the load test
@@ -26,7 +30,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   # --no-install-recommends: the prometheus package recommends Debian's
   # node_exporter, which we do not want running beside usescope.
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # No package may start its service: a system dockerd would create the
+  # docker0 bridge and iptables rules on this host, and the tests start
+  # their own dockerd, Prometheus and Alertmanager where they need them.
+  # policy-rc.d is how Debian's maintainer scripts are told so; one that
+  # exists already is left alone.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  status=0
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+  [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+  [ "$status" -eq 0 ] || exit "$status"
 fi
 
 if ! command -v cargo >/dev/null; then
