@@ -73,6 +73,7 @@ registry! {
     edac,
     nvme,
     powersupplyclass,
+    selinux,
     // Last: it checks its families against everything written before it.
     textfile,
 }
