@@ -574,3 +574,17 @@ fn dmi_leaves_out_root_only_strings_when_not_root() {
 unsafe extern "C" {
     fn geteuid() -> u32;
 }
+
+#[test]
+fn watchdog_matches_node_exporter() {
+    let Some(ne) = node_exporter("watchdog_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "watchdog", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_watchdog_timeleft_seconds{name=\"watchdog0\"}")
+    );
+    assert!(n.samples.keys().any(|k| k.contains("Software Watchdog")));
+    assert_eq!(d, BTreeSet::new());
+}

@@ -75,6 +75,7 @@ registry! {
     powersupplyclass,
     selinux,
     dmi,
+    watchdog,
     // Last: it checks its families against everything written before it.
     textfile,
 }
