@@ -588,3 +588,17 @@ fn watchdog_matches_node_exporter() {
     assert!(n.samples.keys().any(|k| k.contains("Software Watchdog")));
     assert_eq!(d, BTreeSet::new());
 }
+
+#[test]
+fn rapl_matches_node_exporter_with_and_without_zone_label() {
+    let Some(ne) = node_exporter("rapl_matches_node_exporter_with_and_without_zone_label") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "rapl", &[]);
+    assert!(n.families.contains_key("node_rapl_dram_joules_total"));
+    assert!(n.families.contains_key("node_rapl_package_joules_total"));
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(&ne, "rapl", &["--collector.rapl.enable-zone-label"]);
+    assert!(n.samples.keys().any(|k| k.contains("rapl_zone=\"core\"")));
+    assert_eq!(d, BTreeSet::new());
+}

@@ -76,6 +76,7 @@ registry! {
     selinux,
     dmi,
     watchdog,
+    rapl,
     // Last: it checks its families against everything written before it.
     textfile,
 }
