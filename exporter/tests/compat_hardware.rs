@@ -602,3 +602,15 @@ fn rapl_matches_node_exporter_with_and_without_zone_label() {
     assert!(n.samples.keys().any(|k| k.contains("rapl_zone=\"core\"")));
     assert_eq!(d, BTreeSet::new());
 }
+
+#[test]
+fn dmmultipath_matches_node_exporter() {
+    let Some(ne) = node_exporter("dmmultipath_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "dmmultipath", &[]);
+    assert!(n.samples.contains_key(
+        "node_dmmultipath_device_paths_failed{device=\"mpathb\",sysfs_name=\"dm-1\"}"
+    ));
+    assert_eq!(d, BTreeSet::new());
+}

@@ -77,6 +77,7 @@ registry! {
     dmi,
     watchdog,
     rapl,
+    dmmultipath,
     // Last: it checks its families against everything written before it.
     textfile,
 }
