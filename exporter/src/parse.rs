@@ -196,23 +196,42 @@ pub fn i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> 
 /// optional sign, then `0x` hexadecimal, `0o` or a leading `0` octal, `0b`
 /// binary, or decimal (Go's `_` digit separators are not accepted).
 pub fn go_i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> {
-    let bad = |why: &str| {
-        ParseError::new(
-            line,
-            format!("{what}: invalid integer {}: {why}", excerpt(tok)),
-        )
-    };
+    let bad = |why: &str| go_int_error(tok, line, what, why);
     let (negative, unsigned) = match tok.as_bytes().first() {
         Some(b'-') => (true, &tok[1..]),
         Some(b'+') => (false, &tok[1..]),
         _ => (false, tok),
     };
-    let lower = |p: &str| unsigned.len() > 2 && unsigned[..2].eq_ignore_ascii_case(p);
-    let (radix, digits) = if lower("0x") {
+    let magnitude = go_unsigned(unsigned).map_err(bad)?;
+    if negative {
+        0i64.checked_sub_unsigned(magnitude)
+            .ok_or_else(|| bad("out of range"))
+    } else {
+        i64::try_from(magnitude).map_err(|_| bad("out of range"))
+    }
+}
+
+/// Parses an unsigned integer as Go's `strconv.ParseUint(tok, 0, 64)`
+/// does (procfs' `PUInt64`): no sign, base prefixes as [`go_i64_field`].
+pub fn go_u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
+    go_unsigned(tok).map_err(|why| go_int_error(tok, line, what, why))
+}
+
+fn go_int_error(tok: &str, line: usize, what: &str, why: &str) -> ParseError {
+    ParseError::new(
+        line,
+        format!("{what}: invalid integer {}: {why}", excerpt(tok)),
+    )
+}
+
+/// The digits of a Go base-0 integer literal without sign.
+fn go_unsigned(unsigned: &str) -> Result<u64, &'static str> {
+    let prefixed = |p: &str| unsigned.len() > 2 && unsigned[..2].eq_ignore_ascii_case(p);
+    let (radix, digits) = if prefixed("0x") {
         (16, &unsigned[2..])
-    } else if lower("0o") {
+    } else if prefixed("0o") {
         (8, &unsigned[2..])
-    } else if lower("0b") {
+    } else if prefixed("0b") {
         (2, &unsigned[2..])
     } else if unsigned.len() > 1 && unsigned.starts_with('0') {
         (8, &unsigned[1..])
@@ -220,15 +239,9 @@ pub fn go_i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseErro
         (10, unsigned)
     };
     if digits.is_empty() || !digits.bytes().all(|b| (b as char).is_digit(radix)) {
-        return Err(bad("not a number"));
+        return Err("not a number");
     }
-    let magnitude = u64::from_str_radix(digits, radix).map_err(|_| bad("out of range"))?;
-    if negative {
-        0i64.checked_sub_unsigned(magnitude)
-            .ok_or_else(|| bad("out of range"))
-    } else {
-        i64::try_from(magnitude).map_err(|_| bad("out of range"))
-    }
+    u64::from_str_radix(digits, radix).map_err(|_| "out of range")
 }
 
 /// Parses a hexadecimal field without `0x` (softnet_stat).
@@ -381,6 +394,12 @@ mod tests {
             let e = p(bad).unwrap_err();
             assert_eq!(e.line, 1, "{bad:?}");
         }
+        let u = |t| go_u64_field(t, 1, "v");
+        assert_eq!(u("18446744073709551615").unwrap(), u64::MAX);
+        assert_eq!(u("0x10").unwrap(), 16);
+        assert!(u("+1").is_err());
+        assert!(u("-1").is_err());
+        assert!(u("18446744073709551616").is_err());
     }
 
     #[test]

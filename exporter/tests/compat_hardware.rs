@@ -614,3 +614,27 @@ fn dmmultipath_matches_node_exporter() {
     ));
     assert_eq!(d, BTreeSet::new());
 }
+
+#[test]
+fn infiniband_matches_node_exporter() {
+    let Some(ne) = node_exporter("infiniband_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "infiniband", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_infiniband_rx_write_requests_total{device=\"mlx5_0\",port=\"1\"}")
+    );
+    assert!(
+        n.samples
+            .contains_key("node_infiniband_state_id{device=\"mlx4_0\",port=\"2\"}")
+    );
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(
+        &ne,
+        "infiniband",
+        &["--collector.infiniband.device-include=^mlx5"],
+    );
+    assert!(!n.samples.keys().any(|k| k.contains("mlx4_0")));
+    assert_eq!(d, BTreeSet::new());
+}

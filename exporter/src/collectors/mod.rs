@@ -78,6 +78,7 @@ registry! {
     watchdog,
     rapl,
     dmmultipath,
+    infiniband,
     // Last: it checks its families against everything written before it.
     textfile,
 }
