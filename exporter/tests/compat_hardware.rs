@@ -638,3 +638,20 @@ fn infiniband_matches_node_exporter() {
     assert!(!n.samples.keys().any(|k| k.contains("mlx4_0")));
     assert_eq!(d, BTreeSet::new());
 }
+
+#[test]
+fn fibrechannel_matches_node_exporter() {
+    let Some(ne) = node_exporter("fibrechannel_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "fibrechannel", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_fibrechannel_loss_of_signal_total{fc_host=\"host1\"}")
+    );
+    assert!(
+        !n.samples
+            .contains_key("node_fibrechannel_nos_total{fc_host=\"host0\"}")
+    );
+    assert_eq!(d, BTreeSet::new());
+}

@@ -79,6 +79,7 @@ registry! {
     rapl,
     dmmultipath,
     infiniband,
+    fibrechannel,
     // Last: it checks its families against everything written before it.
     textfile,
 }
