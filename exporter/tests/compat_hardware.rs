@@ -655,3 +655,23 @@ fn fibrechannel_matches_node_exporter() {
     );
     assert_eq!(d, BTreeSet::new());
 }
+
+#[test]
+fn tapestats_matches_node_exporter() {
+    let Some(ne) = node_exporter("tapestats_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "tapestats", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_tape_write_time_seconds_total{device=\"st0\"}")
+    );
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(
+        &ne,
+        "tapestats",
+        &["--collector.tapestats.ignored-devices=^st0$"],
+    );
+    assert!(!n.samples.keys().any(|k| k.contains("\"st0\"")));
+    assert_eq!(d, BTreeSet::new());
+}

@@ -80,6 +80,7 @@ registry! {
     dmmultipath,
     infiniband,
     fibrechannel,
+    tapestats,
     // Last: it checks its families against everything written before it.
     textfile,
 }
