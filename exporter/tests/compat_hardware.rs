@@ -675,3 +675,27 @@ fn tapestats_matches_node_exporter() {
     assert!(!n.samples.keys().any(|k| k.contains("\"st0\"")));
     assert_eq!(d, BTreeSet::new());
 }
+
+#[test]
+fn bcache_matches_node_exporter_with_and_without_priority_stats() {
+    let Some(ne) = node_exporter("bcache_matches_node_exporter_with_and_without_priority_stats")
+    else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "bcache", &[]);
+    assert!(
+        n.families
+            .contains_key("node_bcache_writeback_rate_proportional_term")
+    );
+    assert!(
+        n.families
+            .contains_key("node_bcache_cache_readaheads_total")
+    );
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(&ne, "bcache", &["--collector.bcache.priorityStats"]);
+    assert!(
+        n.families
+            .contains_key("node_bcache_priority_stats_unused_percent")
+    );
+    assert_eq!(d, BTreeSet::new());
+}

@@ -81,6 +81,7 @@ registry! {
     infiniband,
     fibrechannel,
     tapestats,
+    bcache,
     // Last: it checks its families against everything written before it.
     textfile,
 }
