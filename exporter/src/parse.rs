@@ -226,7 +226,9 @@ fn go_int_error(tok: &str, line: usize, what: &str, why: &str) -> ParseError {
 
 /// The digits of a Go base-0 integer literal without sign.
 fn go_unsigned(unsigned: &str) -> Result<u64, &'static str> {
-    let prefixed = |p: &str| unsigned.len() > 2 && unsigned[..2].eq_ignore_ascii_case(p);
+    // Compared as bytes: the text may start with a multi-byte character.
+    let prefixed =
+        |p: &str| unsigned.len() > 2 && unsigned.as_bytes()[..2].eq_ignore_ascii_case(p.as_bytes());
     let (radix, digits) = if prefixed("0x") {
         (16, &unsigned[2..])
     } else if prefixed("0o") {

@@ -699,3 +699,17 @@ fn bcache_matches_node_exporter_with_and_without_priority_stats() {
     );
     assert_eq!(d, BTreeSet::new());
 }
+
+#[test]
+fn bcachefs_matches_node_exporter() {
+    let Some(ne) = node_exporter("bcachefs_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "bcachefs", &[]);
+    assert!(
+        n.families
+            .contains_key("node_bcachefs_device_io_done_bytes_total")
+    );
+    assert!(n.families.contains_key("node_bcachefs_write_super_total"));
+    assert_eq!(d, BTreeSet::new());
+}

@@ -82,6 +82,7 @@ registry! {
     fibrechannel,
     tapestats,
     bcache,
+    bcachefs,
     // Last: it checks its families against everything written before it.
     textfile,
 }

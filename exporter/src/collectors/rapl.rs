@@ -25,7 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::Families;
+use crate::collectors::sysfs::{Families, sanitize_metric_name};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -63,44 +63,6 @@ pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
     let tok = single_field(text).ok_or_else(|| ParseError::new(1, "expected one number"))?;
     *out = u64_field(tok, 1, "value")?;
     Ok(())
-}
-
-/// node_exporter's `SanitizeMetricName`: each run of characters outside
-/// `[0-9A-Za-z_]`, with the underscores around it, becomes one `_`.
-fn sanitize(name: &str) -> String {
-    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut out = String::with_capacity(name.len());
-    let mut chars = name.chars().peekable();
-    while let Some(c) = chars.next() {
-        if valid(c) && c != '_' {
-            out.push(c);
-            continue;
-        }
-        // A run of underscores: kept unless invalid characters follow.
-        let mut underscores = 0;
-        let mut c = c;
-        while c == '_' {
-            underscores += 1;
-            match chars.next() {
-                Some(n) => c = n,
-                None => {
-                    out.extend(std::iter::repeat_n('_', underscores));
-                    return out;
-                }
-            }
-        }
-        if valid(c) {
-            out.extend(std::iter::repeat_n('_', underscores));
-            out.push(c);
-            continue;
-        }
-        // Invalid characters, then any underscores and invalid ones after.
-        while chars.peek().is_some_and(|&n| !valid(n) || n == '_') {
-            chars.next();
-        }
-        out.push('_');
-    }
-    out
 }
 
 /// procfs' `getIndexAndName`: `(index, name)` of a zone whose `name` file
@@ -184,7 +146,7 @@ impl RaplCollector {
                 self.families
                     .push(JOULES, JOULES_HELP, MetricType::Counter, &labels, joules);
             } else {
-                let family = format!("node_rapl_{}_joules_total", sanitize(&name));
+                let family = format!("node_rapl_{}_joules_total", sanitize_metric_name(&name));
                 let help = format!("Current RAPL {name} value in joules");
                 let labels = [("index", index.as_str()), ("path", &path)];
                 self.families
@@ -215,18 +177,6 @@ mod tests {
     use super::*;
     use crate::collectors::FlagValue;
     use crate::collectors::test_support::{fixture, render};
-
-    #[test]
-    fn names_are_sanitized_as_node_exporter_does() {
-        assert_eq!(sanitize("package"), "package");
-        assert_eq!(sanitize("psys"), "psys");
-        assert_eq!(sanitize("a-b"), "a_b");
-        assert_eq!(sanitize("a_-_b"), "a_b");
-        assert_eq!(sanitize("a__b"), "a__b");
-        assert_eq!(sanitize("a b.c"), "a_b_c");
-        assert_eq!(sanitize("_x_"), "_x_");
-        assert_eq!(sanitize("x-"), "x_");
-    }
 
     #[test]
     fn zone_indexes_as_procfs_gives_them() {

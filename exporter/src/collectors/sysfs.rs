@@ -1,4 +1,5 @@
-//! Helpers shared by the sysfs collectors (hwmon, thermal_zone): reading
+//! Helpers shared by the sysfs collectors (hwmon, thermal_zone, rapl,
+//! bcachefs, ...): reading
 //! one attribute the way node_exporter (and prometheus/procfs) does, and
 //! collecting samples of families whose names and labels are only known at
 //! scrape time, to write them grouped and in node_exporter's order.
@@ -53,6 +54,44 @@ pub fn read_raw(path: &Path) -> io::Result<Vec<u8>> {
 pub fn read_trimmed(path: &Path) -> io::Result<String> {
     let raw = read_raw(path)?;
     Ok(String::from_utf8_lossy(&raw).trim().to_string())
+}
+
+/// node_exporter's `SanitizeMetricName`: each run of characters outside
+/// `[0-9A-Za-z_]`, with the underscores around it, becomes one `_`.
+pub fn sanitize_metric_name(name: &str) -> String {
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(name.len());
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if valid(c) && c != '_' {
+            out.push(c);
+            continue;
+        }
+        // A run of underscores: kept unless invalid characters follow.
+        let mut underscores = 0;
+        let mut c = c;
+        while c == '_' {
+            underscores += 1;
+            match chars.next() {
+                Some(n) => c = n,
+                None => {
+                    out.extend(std::iter::repeat_n('_', underscores));
+                    return out;
+                }
+            }
+        }
+        if valid(c) {
+            out.extend(std::iter::repeat_n('_', underscores));
+            out.push(c);
+            continue;
+        }
+        // Invalid characters, then any underscores and invalid ones after.
+        while chars.peek().is_some_and(|&n| !valid(n) || n == '_') {
+            chars.next();
+        }
+        out.push('_');
+    }
+    out
 }
 
 /// One sample of a family named at run time.
@@ -159,6 +198,18 @@ impl Families {
 mod tests {
     use super::*;
     use crate::exposition::Format;
+
+    #[test]
+    fn names_are_sanitized_as_node_exporter_does() {
+        assert_eq!(sanitize_metric_name("package"), "package");
+        assert_eq!(sanitize_metric_name("psys"), "psys");
+        assert_eq!(sanitize_metric_name("a-b"), "a_b");
+        assert_eq!(sanitize_metric_name("a_-_b"), "a_b");
+        assert_eq!(sanitize_metric_name("a__b"), "a__b");
+        assert_eq!(sanitize_metric_name("a b.c"), "a_b_c");
+        assert_eq!(sanitize_metric_name("_x_"), "_x_");
+        assert_eq!(sanitize_metric_name("x-"), "x_");
+    }
 
     #[test]
     fn families_are_grouped_and_sorted() {
