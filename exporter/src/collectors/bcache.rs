@@ -86,7 +86,11 @@ fn dehumanize(tok: &str, line: usize) -> Result<u64, ParseError> {
         }
     };
     if last <= b'9' {
-        return Ok(float(tok)? as u64);
+        let v = float(tok)?;
+        if v >= u64::MAX as f64 {
+            return Err(bad("out of range"));
+        }
+        return Ok(v as u64);
     }
     let power = match last {
         b'k' => 1,
@@ -105,8 +109,11 @@ fn dehumanize(tok: &str, line: usize) -> Result<u64, ParseError> {
         Some((int, frac)) if !frac.contains('.') => float(int)? + float(frac)? / 10.24,
         Some(_) => return Err(bad("two decimal points")),
     };
-    // Go converts the float64 product to uint64 (saturating here).
-    Ok((mantissa * 1024f64.powi(power)) as u64)
+    let bytes = mantissa * 1024f64.powi(power);
+    if bytes >= u64::MAX as f64 {
+        return Err(bad("out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 /// [`dehumanize`] with an optional leading `-` (procfs' `dehumanizeSigned`).
@@ -142,6 +149,13 @@ pub fn parse_writeback_rate_debug_into(
     out: &mut WritebackRateDebug,
 ) -> Result<(), ParseError> {
     *out = WritebackRateDebug::default();
+    // The exported keys must all be there (procfs reads a missing one as
+    // 0; the kernel always writes them).
+    for key in ["rate:", "target:", "proportional:", "integral:", "change:"] {
+        if !lines(text).any(|l| l.starts_with(key)) {
+            return Err(ParseError::new(1, format!("no '{key}' line")));
+        }
+    }
     for (i, line) in lines(text).enumerate() {
         let n = i + 1;
         let last = || {
@@ -187,6 +201,14 @@ pub fn parse_priority_stats_into(text: &str, out: &mut PriorityStats) -> Result<
             &mut out.unused_percent
         } else if line.starts_with("Metadata:") {
             &mut out.metadata_percent
+        } else if let Some(rest) = line
+            .strip_prefix("Average:")
+            .or_else(|| line.strip_prefix("Sectors per Q:"))
+        {
+            // Not exported, but numbers the kernel writes: checked, so a
+            // corrupted file is noticed (procfs ignores these lines).
+            crate::parse::u64_field(rest.trim(), n, "priority_stats value")?;
+            continue;
         } else {
             continue;
         };
@@ -198,6 +220,9 @@ pub fn parse_priority_stats_into(text: &str, out: &mut PriorityStats) -> Result<
         *field = v
             .parse()
             .map_err(|_| ParseError::new(n, format!("invalid percentage {}", excerpt(v))))?;
+    }
+    if !lines(text).any(|l| l.starts_with("Unused:")) || !lines(text).any(|l| l.starts_with("Metadata:")) {
+        return Err(ParseError::new(1, "no 'Unused:' or 'Metadata:' line"));
     }
     Ok(())
 }
@@ -397,7 +422,7 @@ mod tests {
         assert_eq!(d("2k"), 2048);
         assert_eq!(d("1.1M"), 1_150_976);
         assert_eq!(d("3.9G"), 4_164_943_872);
-        for bad in ["", "k", "1.2.3k", "1.5x", "abc", "-1", "1e999"] {
+        for bad in ["", "k", "1.2.3k", "1.5x", "abc", "-1", "1e999", "99999999999999999999999", "16.0E"] {
             assert!(dehumanize(bad, 1).is_err(), "{bad:?}");
         }
         assert_eq!(dehumanize_signed("-23.5k", 1).unwrap(), -24_052);
@@ -417,11 +442,12 @@ mod tests {
                 change: -1_224,
             }
         );
-        let e = parse_fresh("rate:\t\tfast\n", parse_writeback_rate_debug_into).unwrap_err();
+        let e = parse_fresh(&text.replace("1.1M/sec", "fast"), parse_writeback_rate_debug_into).unwrap_err();
         assert_eq!(e.line, 1);
-        let e = parse_fresh("rate:\t1k/sec\nnext io:\tsoonms\n", parse_writeback_rate_debug_into)
+        let e = parse_fresh(&text.replace("-5ms", "soonms"), parse_writeback_rate_debug_into)
             .unwrap_err();
-        assert_eq!(e.line, 2);
+        assert_eq!(e.line, 7);
+        assert!(parse_fresh("garbage\n", parse_writeback_rate_debug_into).is_err());
     }
 
     #[test]
@@ -432,6 +458,8 @@ mod tests {
             PriorityStats { unused_percent: 99, metadata_percent: 1 }
         );
         assert!(parse_fresh("Unused:\tmost%\n", parse_priority_stats_into).is_err());
+        assert!(parse_fresh("garbage\n", parse_priority_stats_into).is_err());
+        assert!(parse_fresh(&text.replace("Average:\t0", "Average:\t99999999999999999999"), parse_priority_stats_into).is_err());
     }
 
     #[test]

@@ -78,8 +78,11 @@ fn human(tok: &str, line: usize) -> Result<u64, ParseError> {
     if !v.is_finite() || v < 0.0 {
         return Err(bad("not a non-negative number"));
     }
-    // Go converts the float64 product to uint64 (saturating here).
-    Ok((v * 1024f64.powi(power)) as u64)
+    let bytes = v * 1024f64.powi(power);
+    if bytes >= u64::MAX as f64 {
+        return Err(bad("out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 /// A decimal unsigned integer (Go's `ParseUint(s, 10, 64)`).
@@ -190,11 +193,13 @@ pub fn parse_io_done(text: &str) -> Result<Vec<(String, String, u64)>, ParseErro
             op = line.trim_end_matches(':');
             continue;
         }
-        if op.is_empty() {
-            continue;
-        }
-        let Some((kind, value)) = line.split_once(':') else {
-            continue;
+        // Stricter than procfs, which skips such lines: the kernel writes
+        // only the two headers and `type : bytes` lines under them.
+        let (Some((kind, value)), false) = (line.split_once(':'), op.is_empty()) else {
+            return Err(ParseError::new(
+                i + 1,
+                format!("expected 'read:', 'write:' or 'type : bytes' under one, got {}", excerpt(line)),
+            ));
         };
         let v = uint(value, i + 1, "bytes")?;
         out.push((op.to_string(), kind.trim().to_string(), v));
@@ -215,13 +220,18 @@ pub fn parse_io_errors(text: &str) -> Result<Vec<(String, u64)>, ParseError> {
         if line.starts_with("IO errors since ") {
             break;
         }
-        if !in_creation {
+        if !in_creation || line.trim().is_empty() {
             continue;
         }
         let Some((kind, value)) = line.trim().split_once(':') else {
-            continue;
+            return Err(ParseError::new(i + 1, format!("expected 'type: count', got {}", excerpt(line))));
         };
         out.push((kind.trim().to_string(), uint(value, i + 1, "error count")?));
+    }
+    // Stricter than procfs, which reads a file without the section as no
+    // errors: the kernel always writes it.
+    if !in_creation {
+        return Err(ParseError::new(1, "no 'IO errors since filesystem creation' section"));
     }
     Ok(out)
 }
@@ -384,7 +394,7 @@ mod tests {
         assert_eq!(h("28.2k"), 28_876);
         assert_eq!(h("2.05G"), 2_201_170_739);
         assert_eq!(h("10.8T"), 11_874_725_579_980);
-        for bad in ["", "k", "x", "-1", "1.2.3G", "NaN"] {
+        for bad in ["", "k", "x", "-1", "1.2.3G", "NaN", "99999999999999999999", "16E"] {
             assert!(human(bad, 1).is_err(), "{bad:?}");
         }
     }
@@ -419,6 +429,9 @@ mod tests {
 
         let e = parse_io_errors("IO errors since filesystem creation\n  read:    2\n  checksum:0\nIO errors since 8 y ago\n  read:    9\n").unwrap();
         assert_eq!(e, vec![("read".into(), 2), ("checksum".into(), 0)]);
+        assert_eq!(parse_io_errors("garbage\n").unwrap_err().line, 1);
+        assert_eq!(parse_io_errors("IO errors since filesystem creation\n  read 2\n").unwrap_err().line, 2);
+        assert_eq!(parse_io_done("garbage\nread:\n").unwrap_err().line, 1);
     }
 
     #[test]

@@ -205,8 +205,13 @@ pub fn parse_rate_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
     if !value.is_finite() || value < 0.0 {
         return Err(ParseError::new(1, format!("rate: {} is not a rate", excerpt(number))));
     }
-    // Go converts the float64 product to uint64 (truncating).
-    *out = (f64::from(value) * 125_000_000.0) as u64;
+    // Go converts the float64 product to uint64 (truncating); a rate past
+    // u64::MAX bytes/s cannot come from the kernel.
+    let bytes = f64::from(value) * 125_000_000.0;
+    if bytes >= u64::MAX as f64 {
+        return Err(ParseError::new(1, format!("rate: {} is out of range", excerpt(number))));
+    }
+    *out = bytes as u64;
     Ok(())
 }
 
@@ -418,6 +423,7 @@ mod tests {
         assert!(r("fast\n").is_err());
         assert!(r("x Gb/sec\n").is_err());
         assert!(r("-1 Gb/sec\n").is_err());
+        assert!(r("99999999999999999999999 Gb/sec\n").is_err());
     }
 
     #[test]
