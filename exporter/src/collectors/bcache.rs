@@ -19,7 +19,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::Families;
+use crate::collectors::sysfs::{Families, sorted_names};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -383,27 +383,14 @@ impl BcacheCollector {
 impl Collector for BcacheCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let mut sets: Vec<String> = match std::fs::read_dir(&self.root) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                // Go's `*-*` glob: cache-set UUIDs (not `register`, `bdev*`).
+        let read = sorted_names(&self.root).and_then(|names| {
+            names
+                .iter()
+                // Go's `*-*` glob: cache-set UUIDs (not `register`).
                 .filter(|n| n.contains('-'))
-                .collect(),
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
-                return Ok(());
-            }
-            Err(e) => return Err(CollectError::io(&self.root, e)),
-        };
-        sets.sort();
-        for uuid in &sets {
-            if let Err(e) = self.read_set(uuid) {
-                self.families.clear();
-                return Err(e);
-            }
-        }
-        self.families.write(enc);
-        Ok(())
+                .try_for_each(|n| self.read_set(n))
+        });
+        self.families.write_or_discard(enc, read)
     }
 }
 

@@ -370,14 +370,9 @@ impl BcachefsCollector {
 impl Collector for BcachefsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        for uuid in entries(&self.root, true)? {
-            if let Err(e) = self.read_fs(&uuid) {
-                self.families.clear();
-                return Err(e);
-            }
-        }
-        self.families.write(enc);
-        Ok(())
+        let read = entries(&self.root, true)
+            .and_then(|names| names.iter().try_for_each(|n| self.read_fs(n)));
+        self.families.write_or_discard(enc, read)
     }
 }
 

@@ -182,14 +182,9 @@ impl Collector for DmMultipathCollector {
                 dm.push(name.to_string());
             }
         });
-        let result = listed.and_then(|_| dm.iter().try_for_each(|d| self.read_map(d)));
+        let read = listed.and_then(|_| dm.iter().try_for_each(|d| self.read_map(d)));
         self.dm_devices = dm;
-        if let Err(e) = result {
-            self.families.clear();
-            return Err(e);
-        }
-        self.families.write(enc);
-        Ok(())
+        self.families.write_or_discard(enc, read)
     }
 }
 

@@ -16,7 +16,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -139,23 +139,9 @@ impl FibreChannelCollector {
 impl Collector for FibreChannelCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let mut hosts: Vec<String> = match std::fs::read_dir(&self.class) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&self.class, e)),
-        };
-        hosts.sort();
-        for host in &hosts {
-            if let Err(e) = self.read_host(host) {
-                self.families.clear();
-                return Err(e);
-            }
-        }
-        self.families.write(enc);
-        Ok(())
+        let read = sorted_names(&self.class)
+            .and_then(|hosts| hosts.iter().try_for_each(|h| self.read_host(h)));
+        self.families.write_or_discard(enc, read)
     }
 }
 

@@ -22,7 +22,7 @@ use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::hwmon::ignored;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -375,26 +375,15 @@ impl InfiniBandCollector {
 impl Collector for InfiniBandCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let mut devices: Vec<String> = match std::fs::read_dir(&self.class) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&self.class, e)),
-        };
-        devices.sort();
-        for name in &devices {
-            if ignored(self.include.as_ref(), self.exclude.as_ref(), name) {
-                continue;
-            }
-            if let Err(e) = self.read_device(name) {
-                self.families.clear();
-                return Err(e);
-            }
-        }
-        self.families.write(enc);
-        Ok(())
+        let read = sorted_names(&self.class).and_then(|names| {
+            names.iter().try_for_each(|n| {
+                if ignored(self.include.as_ref(), self.exclude.as_ref(), n) {
+                    return Ok(());
+                }
+                self.read_device(n)
+            })
+        });
+        self.families.write_or_discard(enc, read)
     }
 }
 

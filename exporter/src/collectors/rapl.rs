@@ -160,15 +160,13 @@ impl RaplCollector {
 impl Collector for RaplCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        match self.read() {
-            Ok(true) => self.families.write(enc),
-            Ok(false) => self.families.clear(),
-            Err(e) => {
+        // Ok(false): no permission, no data (written as nothing).
+        let read = self.read().map(|readable| {
+            if !readable {
                 self.families.clear();
-                return Err(e);
             }
-        }
-        Ok(())
+        });
+        self.families.write_or_discard(enc, read)
     }
 }
 

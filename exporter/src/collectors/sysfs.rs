@@ -11,6 +11,7 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+use crate::error::CollectError;
 use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
 
 /// procfs' `SysReadFile`: one read(2) of at most 128 bytes. Some hwmon
@@ -94,6 +95,31 @@ pub fn sanitize_metric_name(name: &str) -> String {
     out
 }
 
+/// The names in a class directory (`class/watchdog`), sorted as Go's
+/// `os.ReadDir` sorts them; none when the directory does not exist (the
+/// kernel lacks the feature: one failed open).
+pub fn sorted_names(dir: &Path) -> Result<Vec<String>, CollectError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(CollectError::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| CollectError::io(dir, e))?;
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// One sample of a family named at run time.
 struct Row {
     name: String,
@@ -142,6 +168,25 @@ impl Families {
 
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// Ends a scrape: writes the samples a collector's read gathered, or,
+    /// if the read failed, forgets them, so a failure writes nothing.
+    pub fn write_or_discard(
+        &mut self,
+        enc: &mut Encoder,
+        read: Result<(), CollectError>,
+    ) -> Result<(), CollectError> {
+        match read {
+            Ok(()) => {
+                self.write(enc);
+                Ok(())
+            }
+            Err(e) => {
+                self.clear();
+                Err(e)
+            }
+        }
     }
 
     /// Writes every family and forgets the samples.

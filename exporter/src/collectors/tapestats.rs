@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -130,27 +130,15 @@ impl TapestatsCollector {
 impl Collector for TapestatsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let mut drives: Vec<String> = match std::fs::read_dir(&self.class) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| is_drive(n))
-                .collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&self.class, e)),
-        };
-        drives.sort();
-        for name in &drives {
-            if self.ignored.as_ref().is_some_and(|r| r.is_match(name)) {
-                continue;
-            }
-            if let Err(e) = self.read_drive(name) {
-                self.families.clear();
-                return Err(e);
-            }
-        }
-        self.families.write(enc);
-        Ok(())
+        let read = sorted_names(&self.class).and_then(|names| {
+            names.iter().filter(|n| is_drive(n)).try_for_each(|n| {
+                if self.ignored.as_ref().is_some_and(|r| r.is_match(n)) {
+                    return Ok(());
+                }
+                self.read_drive(n)
+            })
+        });
+        self.families.write_or_discard(enc, read)
     }
 }
 

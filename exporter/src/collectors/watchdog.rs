@@ -18,7 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -117,14 +117,12 @@ fn attribute(path: &Path) -> Result<Option<String>, CollectError> {
 pub struct WatchdogCollector {
     class: PathBuf,
     families: Families,
-    names: Vec<String>,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(WatchdogCollector {
         class: s.sysfs.join("class/watchdog"),
         families: Families::default(),
-        names: Vec::new(),
     })
 }
 
@@ -155,28 +153,9 @@ impl WatchdogCollector {
 impl Collector for WatchdogCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        self.names.clear();
-        match std::fs::read_dir(&self.class) {
-            Ok(entries) => {
-                for e in entries {
-                    let e = e.map_err(|e| CollectError::io(&self.class, e))?;
-                    self.names.push(e.file_name().to_string_lossy().into_owned());
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&self.class, e)),
-        }
-        let names = std::mem::take(&mut self.names);
-        for name in &names {
-            if let Err(e) = self.read_device(name) {
-                self.families.clear();
-                self.names = names;
-                return Err(e);
-            }
-        }
-        self.names = names;
-        self.families.write(enc);
-        Ok(())
+        let read = sorted_names(&self.class)
+            .and_then(|names| names.iter().try_for_each(|n| self.read_device(n)));
+        self.families.write_or_discard(enc, read)
     }
 }
 
