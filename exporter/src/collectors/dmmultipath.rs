@@ -23,7 +23,7 @@ use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
-use crate::parse::{parse_fresh, single_field, u64_field};
+use crate::parse::{parse_fresh, u64_sysctl_into};
 use crate::source::Dir;
 
 pub const SPEC: Spec = Spec {
@@ -73,10 +73,9 @@ const PATH_STATE: (&str, &str) = (
 const SECTOR_BYTES: u64 = 512;
 
 /// One unsigned integer (procfs' `ReadUintFromFile`).
+/// (the same rule as a one-number sysctl).
 pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
-    let tok = single_field(text).ok_or_else(|| ParseError::new(1, "expected one number"))?;
-    *out = u64_field(tok, 1, "value")?;
-    Ok(())
+    u64_sysctl_into(text, out)
 }
 
 /// A path is usable: SCSI `running` or NVMe `live`.

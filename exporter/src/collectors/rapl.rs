@@ -29,7 +29,7 @@ use crate::collectors::sysfs::{Families, sanitize_metric_name};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
-use crate::parse::{parse_fresh, single_field, u64_field};
+use crate::parse::{parse_fresh, u64_sysctl_into};
 
 pub const ZONE_LABEL: &str = "collector.rapl.enable-zone-label";
 
@@ -59,10 +59,9 @@ const JOULES: &str = "node_rapl_joules_total";
 const JOULES_HELP: &str = "Current RAPL value in joules";
 
 /// One unsigned integer (procfs' `ReadUintFromFile`: trimmed, decimal).
+/// (the same rule as a one-number sysctl).
 pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
-    let tok = single_field(text).ok_or_else(|| ParseError::new(1, "expected one number"))?;
-    *out = u64_field(tok, 1, "value")?;
-    Ok(())
+    u64_sysctl_into(text, out)
 }
 
 /// procfs' `getIndexAndName`: `(index, name)` of a zone whose `name` file
