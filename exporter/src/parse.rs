@@ -191,6 +191,61 @@ pub fn i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> 
     })
 }
 
+/// Parses an integer as Go's `strconv.ParseInt(tok, 0, 64)` does, the way
+/// prometheus/procfs reads sysfs attributes (`util.NewValueParser`): an
+/// optional sign, then `0x` hexadecimal, `0o` or a leading `0` octal, `0b`
+/// binary, or decimal (Go's `_` digit separators are not accepted).
+pub fn go_i64_field(tok: &str, line: usize, what: &str) -> Result<i64, ParseError> {
+    let bad = |why: &str| go_int_error(tok, line, what, why);
+    let (negative, unsigned) = match tok.as_bytes().first() {
+        Some(b'-') => (true, &tok[1..]),
+        Some(b'+') => (false, &tok[1..]),
+        _ => (false, tok),
+    };
+    let magnitude = go_unsigned(unsigned).map_err(bad)?;
+    if negative {
+        0i64.checked_sub_unsigned(magnitude)
+            .ok_or_else(|| bad("out of range"))
+    } else {
+        i64::try_from(magnitude).map_err(|_| bad("out of range"))
+    }
+}
+
+/// Parses an unsigned integer as Go's `strconv.ParseUint(tok, 0, 64)`
+/// does (procfs' `PUInt64`): no sign, base prefixes as [`go_i64_field`].
+pub fn go_u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
+    go_unsigned(tok).map_err(|why| go_int_error(tok, line, what, why))
+}
+
+fn go_int_error(tok: &str, line: usize, what: &str, why: &str) -> ParseError {
+    ParseError::new(
+        line,
+        format!("{what}: invalid integer {}: {why}", excerpt(tok)),
+    )
+}
+
+/// The digits of a Go base-0 integer literal without sign.
+fn go_unsigned(unsigned: &str) -> Result<u64, &'static str> {
+    // Compared as bytes: the text may start with a multi-byte character.
+    let prefixed =
+        |p: &str| unsigned.len() > 2 && unsigned.as_bytes()[..2].eq_ignore_ascii_case(p.as_bytes());
+    let (radix, digits) = if prefixed("0x") {
+        (16, &unsigned[2..])
+    } else if prefixed("0o") {
+        (8, &unsigned[2..])
+    } else if prefixed("0b") {
+        (2, &unsigned[2..])
+    } else if unsigned.len() > 1 && unsigned.starts_with('0') {
+        (8, &unsigned[1..])
+    } else {
+        (10, unsigned)
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| (b as char).is_digit(radix)) {
+        return Err("not a number");
+    }
+    u64::from_str_radix(digits, radix).map_err(|_| "out of range")
+}
+
 /// Parses a hexadecimal field without `0x` (softnet_stat).
 pub fn hex_u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
     u64::from_str_radix(tok, 16).map_err(|e| {
@@ -313,6 +368,41 @@ pub fn next_field<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_integers_as_strconv_parse_int_base_0() {
+        let p = |t| go_i64_field(t, 1, "v");
+        assert_eq!(p("42").unwrap(), 42);
+        assert_eq!(p("-7").unwrap(), -7);
+        assert_eq!(p("+7").unwrap(), 7);
+        assert_eq!(p("0x1F").unwrap(), 31);
+        assert_eq!(p("0X1f").unwrap(), 31);
+        assert_eq!(p("010").unwrap(), 8);
+        assert_eq!(p("0o10").unwrap(), 8);
+        assert_eq!(p("0b101").unwrap(), 5);
+        assert_eq!(p("0").unwrap(), 0);
+        assert_eq!(p("-9223372036854775808").unwrap(), i64::MIN);
+        for bad in [
+            "",
+            "-",
+            "0x",
+            "09",
+            "1.5",
+            "9223372036854775808",
+            "1_000",
+            " 1",
+            "abc",
+        ] {
+            let e = p(bad).unwrap_err();
+            assert_eq!(e.line, 1, "{bad:?}");
+        }
+        let u = |t| go_u64_field(t, 1, "v");
+        assert_eq!(u("18446744073709551615").unwrap(), u64::MAX);
+        assert_eq!(u("0x10").unwrap(), 16);
+        assert!(u("+1").is_err());
+        assert!(u("-1").is_err());
+        assert!(u("18446744073709551616").is_err());
+    }
 
     #[test]
     fn overflow_is_an_error_not_a_panic() {

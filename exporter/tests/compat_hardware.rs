@@ -443,3 +443,255 @@ fn cpu_frequency_family_is_written_once() {
     );
     assert!(us.stop().success());
 }
+
+/// node_exporter and usescope with only `collector` on, over the sysfs
+/// fixture tree: the differences (expected to be none).
+fn sysfs_collector_differences(
+    ne: &Path,
+    collector: &str,
+    extra: &[&str],
+) -> (Parsed, BTreeSet<String>) {
+    let mut args = vec![
+        format!("--path.sysfs={}", fixture("sys").display()),
+        format!("--collector.{collector}"),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (n, u) = both(ne, &args);
+    let d = differences(&n, &u, |_| true);
+    (n, d)
+}
+
+#[test]
+fn dmi_matches_node_exporter() {
+    let Some(ne) = node_exporter("dmi_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "dmi", &[]);
+    assert!(
+        n.samples
+            .keys()
+            .any(|k| k.starts_with("node_dmi_info{") && k.contains("product_serial=\"9XK2F73\"")),
+        "{:?}",
+        n.samples
+    );
+    assert_eq!(d, BTreeSet::new());
+}
+
+/// Started as an unprivileged user, usescope leaves out the DMI files only
+/// root may read (serials, product_uuid), without failing, as
+/// node_exporter does; the rest are reported.
+#[test]
+fn dmi_leaves_out_root_only_strings_when_not_root() {
+    use std::os::unix::fs::PermissionsExt;
+    if unsafe { geteuid() } != 0 {
+        // Root-only tests fail loudly in CI, which runs as root.
+        assert!(
+            !common::bpf_required(),
+            "dmi_leaves_out_root_only_strings_when_not_root needs root (USESCOPE_REQUIRE_BPF=1)"
+        );
+        eprintln!(
+            "SKIPPED dmi_leaves_out_root_only_strings_when_not_root: needs root to switch users"
+        );
+        return;
+    }
+    let sys = common::copy_tree(&fixture("sys/class/dmi"));
+    let root = sys.with_extension("root");
+    std::fs::create_dir_all(root.join("class")).unwrap();
+    std::fs::rename(&sys, root.join("class/dmi")).unwrap();
+    let id = root.join("class/dmi/id");
+    for dir in [&root, &root.join("class"), &root.join("class/dmi"), &id] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for e in std::fs::read_dir(&id).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let mode = if name.ends_with("_serial") || name == "product_uuid" {
+            0o400
+        } else {
+            0o444
+        };
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(common::bin());
+    let sysfs = format!("--path.sysfs={}", root.display());
+    let d = Daemon::try_start_with(
+        cmd,
+        &[
+            &sysfs,
+            "--collector.disable-defaults",
+            "--collector.dmi",
+            "--no-probe.runqlat",
+            "--no-probe.cachestat",
+            "--no-probe.drops",
+        ],
+    )
+    .expect("usescope as uid 65534");
+    let expo = d.scrape();
+    let series = expo
+        .lines()
+        .find(|l| l.starts_with("node_dmi_info{"))
+        .unwrap_or_else(|| panic!("no node_dmi_info:\n{expo}"));
+    for gone in [
+        "board_serial",
+        "chassis_serial",
+        "product_serial",
+        "product_uuid",
+    ] {
+        assert!(!series.contains(gone), "{gone} in {series}");
+    }
+    assert!(
+        series.contains("product_name=\"PowerEdge R640\""),
+        "{series}"
+    );
+    assert_eq!(
+        common::sample(&expo, "node_scrape_collector_success{collector=\"dmi\"}"),
+        Some(1.0)
+    );
+    assert!(d.stop().success());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+#[test]
+fn watchdog_matches_node_exporter() {
+    let Some(ne) = node_exporter("watchdog_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "watchdog", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_watchdog_timeleft_seconds{name=\"watchdog0\"}")
+    );
+    assert!(n.samples.keys().any(|k| k.contains("Software Watchdog")));
+    assert_eq!(d, BTreeSet::new());
+}
+
+#[test]
+fn rapl_matches_node_exporter_with_and_without_zone_label() {
+    let Some(ne) = node_exporter("rapl_matches_node_exporter_with_and_without_zone_label") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "rapl", &[]);
+    assert!(n.families.contains_key("node_rapl_dram_joules_total"));
+    assert!(n.families.contains_key("node_rapl_package_joules_total"));
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(&ne, "rapl", &["--collector.rapl.enable-zone-label"]);
+    assert!(n.samples.keys().any(|k| k.contains("rapl_zone=\"core\"")));
+    assert_eq!(d, BTreeSet::new());
+}
+
+#[test]
+fn dmmultipath_matches_node_exporter() {
+    let Some(ne) = node_exporter("dmmultipath_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "dmmultipath", &[]);
+    assert!(n.samples.contains_key(
+        "node_dmmultipath_device_paths_failed{device=\"mpathb\",sysfs_name=\"dm-1\"}"
+    ));
+    assert_eq!(d, BTreeSet::new());
+}
+
+#[test]
+fn infiniband_matches_node_exporter() {
+    let Some(ne) = node_exporter("infiniband_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "infiniband", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_infiniband_rx_write_requests_total{device=\"mlx5_0\",port=\"1\"}")
+    );
+    assert!(
+        n.samples
+            .contains_key("node_infiniband_state_id{device=\"mlx4_0\",port=\"2\"}")
+    );
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(
+        &ne,
+        "infiniband",
+        &["--collector.infiniband.device-include=^mlx5"],
+    );
+    assert!(!n.samples.keys().any(|k| k.contains("mlx4_0")));
+    assert_eq!(d, BTreeSet::new());
+}
+
+#[test]
+fn fibrechannel_matches_node_exporter() {
+    let Some(ne) = node_exporter("fibrechannel_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "fibrechannel", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_fibrechannel_loss_of_signal_total{fc_host=\"host1\"}")
+    );
+    assert!(
+        !n.samples
+            .contains_key("node_fibrechannel_nos_total{fc_host=\"host0\"}")
+    );
+    assert_eq!(d, BTreeSet::new());
+}
+
+#[test]
+fn tapestats_matches_node_exporter() {
+    let Some(ne) = node_exporter("tapestats_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "tapestats", &[]);
+    assert!(
+        n.samples
+            .contains_key("node_tape_write_time_seconds_total{device=\"st0\"}")
+    );
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(
+        &ne,
+        "tapestats",
+        &["--collector.tapestats.ignored-devices=^st0$"],
+    );
+    assert!(!n.samples.keys().any(|k| k.contains("\"st0\"")));
+    assert_eq!(d, BTreeSet::new());
+}
+
+#[test]
+fn bcache_matches_node_exporter_with_and_without_priority_stats() {
+    let Some(ne) = node_exporter("bcache_matches_node_exporter_with_and_without_priority_stats")
+    else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "bcache", &[]);
+    assert!(
+        n.families
+            .contains_key("node_bcache_writeback_rate_proportional_term")
+    );
+    assert!(
+        n.families
+            .contains_key("node_bcache_cache_readaheads_total")
+    );
+    assert_eq!(d, BTreeSet::new());
+    let (n, d) = sysfs_collector_differences(&ne, "bcache", &["--collector.bcache.priorityStats"]);
+    assert!(
+        n.families
+            .contains_key("node_bcache_priority_stats_unused_percent")
+    );
+    assert_eq!(d, BTreeSet::new());
+}
+
+#[test]
+fn bcachefs_matches_node_exporter() {
+    let Some(ne) = node_exporter("bcachefs_matches_node_exporter") else {
+        return;
+    };
+    let (n, d) = sysfs_collector_differences(&ne, "bcachefs", &[]);
+    assert!(
+        n.families
+            .contains_key("node_bcachefs_device_io_done_bytes_total")
+    );
+    assert!(n.families.contains_key("node_bcachefs_write_super_total"));
+    assert_eq!(d, BTreeSet::new());
+}

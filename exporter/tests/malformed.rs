@@ -238,7 +238,9 @@ const NO_PROBES: &[&str] = &[
 /// cpu: node_exporter skips an unreadable throttle count too, and a
 /// CPU's topology is read once and kept, so a later corruption of it is
 /// not seen (docs/collectors/system.md).
-const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme", "cpu"];
+/// dmi: its strings are read once, at start-up, as node_exporter reads
+/// them (docs/collectors/dmi.md); a later corruption is not seen.
+const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme", "cpu", "dmi"];
 
 /// The sysfs copy that goes with a procfs copy: `sys` next to it.
 fn sys_of(tree: &Path) -> PathBuf {

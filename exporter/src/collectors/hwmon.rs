@@ -330,7 +330,7 @@ fn chip_base_name(dir: &Path) -> Option<String> {
 
 /// node_exporter's device filter: excluded if `exclude` matches, or if
 /// `include` is given and does not.
-fn ignored(include: Option<&Regex>, exclude: Option<&Regex>, name: &str) -> bool {
+pub(crate) fn ignored(include: Option<&Regex>, exclude: Option<&Regex>, name: &str) -> bool {
     exclude.is_some_and(|r| r.is_match(name)) || include.is_some_and(|r| !r.is_match(name))
 }
 

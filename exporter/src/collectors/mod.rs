@@ -73,6 +73,16 @@ registry! {
     edac,
     nvme,
     powersupplyclass,
+    selinux,
+    dmi,
+    watchdog,
+    rapl,
+    dmmultipath,
+    infiniband,
+    fibrechannel,
+    tapestats,
+    bcache,
+    bcachefs,
     // Last: it checks its families against everything written before it.
     textfile,
 }
@@ -784,7 +794,9 @@ mod registry_tests {
     /// cpu: node_exporter skips an unreadable throttle count too, and a
     /// CPU's topology is read once and kept, so a later corruption of it is
     /// not seen (docs/collectors/system.md).
-    const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme", "cpu"];
+    /// dmi: its strings are read once, at start-up, as node_exporter reads
+    /// them (docs/collectors/dmi.md); a later corruption is not seen.
+    const SKIP_BAD_ATTRIBUTES: &[&str] = &["hwmon", "nvme", "cpu", "dmi"];
 
     /// What the parser rejects, the collector rejects too, naming the
     /// file. Collectors that bypass `parse_into` on the scrape path for

@@ -1,4 +1,5 @@
-//! Helpers shared by the sysfs collectors (hwmon, thermal_zone): reading
+//! Helpers shared by the sysfs collectors (hwmon, thermal_zone, rapl,
+//! bcachefs, ...): reading
 //! one attribute the way node_exporter (and prometheus/procfs) does, and
 //! collecting samples of families whose names and labels are only known at
 //! scrape time, to write them grouped and in node_exporter's order.
@@ -10,6 +11,7 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+use crate::error::CollectError;
 use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
 
 /// procfs' `SysReadFile`: one read(2) of at most 128 bytes. Some hwmon
@@ -53,6 +55,69 @@ pub fn read_raw(path: &Path) -> io::Result<Vec<u8>> {
 pub fn read_trimmed(path: &Path) -> io::Result<String> {
     let raw = read_raw(path)?;
     Ok(String::from_utf8_lossy(&raw).trim().to_string())
+}
+
+/// node_exporter's `SanitizeMetricName`: each run of characters outside
+/// `[0-9A-Za-z_]`, with the underscores around it, becomes one `_`.
+pub fn sanitize_metric_name(name: &str) -> String {
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(name.len());
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if valid(c) && c != '_' {
+            out.push(c);
+            continue;
+        }
+        // A run of underscores: kept unless invalid characters follow.
+        let mut underscores = 0;
+        let mut c = c;
+        while c == '_' {
+            underscores += 1;
+            match chars.next() {
+                Some(n) => c = n,
+                None => {
+                    out.extend(std::iter::repeat_n('_', underscores));
+                    return out;
+                }
+            }
+        }
+        if valid(c) {
+            out.extend(std::iter::repeat_n('_', underscores));
+            out.push(c);
+            continue;
+        }
+        // Invalid characters, then any underscores and invalid ones after.
+        while chars.peek().is_some_and(|&n| !valid(n) || n == '_') {
+            chars.next();
+        }
+        out.push('_');
+    }
+    out
+}
+
+/// The names in a class directory (`class/watchdog`), sorted as Go's
+/// `os.ReadDir` sorts them; none when the directory does not exist (the
+/// kernel lacks the feature: one failed open).
+pub fn sorted_names(dir: &Path) -> Result<Vec<String>, CollectError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(CollectError::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| CollectError::io(dir, e))?;
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// One sample of a family named at run time.
@@ -103,6 +168,25 @@ impl Families {
 
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// Ends a scrape: writes the samples a collector's read gathered, or,
+    /// if the read failed, forgets them, so a failure writes nothing.
+    pub fn write_or_discard(
+        &mut self,
+        enc: &mut Encoder,
+        read: Result<(), CollectError>,
+    ) -> Result<(), CollectError> {
+        match read {
+            Ok(()) => {
+                self.write(enc);
+                Ok(())
+            }
+            Err(e) => {
+                self.clear();
+                Err(e)
+            }
+        }
     }
 
     /// Writes every family and forgets the samples.
@@ -159,6 +243,18 @@ impl Families {
 mod tests {
     use super::*;
     use crate::exposition::Format;
+
+    #[test]
+    fn names_are_sanitized_as_node_exporter_does() {
+        assert_eq!(sanitize_metric_name("package"), "package");
+        assert_eq!(sanitize_metric_name("psys"), "psys");
+        assert_eq!(sanitize_metric_name("a-b"), "a_b");
+        assert_eq!(sanitize_metric_name("a_-_b"), "a_b");
+        assert_eq!(sanitize_metric_name("a__b"), "a__b");
+        assert_eq!(sanitize_metric_name("a b.c"), "a_b_c");
+        assert_eq!(sanitize_metric_name("_x_"), "_x_");
+        assert_eq!(sanitize_metric_name("x-"), "x_");
+    }
 
     #[test]
     fn families_are_grouped_and_sorted() {
