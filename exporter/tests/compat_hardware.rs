@@ -463,7 +463,7 @@ fn sysfs_collector_differences(
 
 #[test]
 fn dmi_matches_node_exporter() {
-    let Some(ne) = node_exporter("dmi_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "dmi", &[]);
@@ -483,21 +483,12 @@ fn dmi_matches_node_exporter() {
 #[test]
 fn dmi_leaves_out_root_only_strings_when_not_root() {
     use std::os::unix::fs::PermissionsExt;
-    if unsafe { geteuid() } != 0 {
-        // Root-only tests fail loudly in CI, which runs as root.
-        assert!(
-            !common::bpf_required(),
-            "dmi_leaves_out_root_only_strings_when_not_root needs root (USESCOPE_REQUIRE_BPF=1)"
-        );
-        eprintln!(
-            "SKIPPED dmi_leaves_out_root_only_strings_when_not_root: needs root to switch users"
-        );
+    if !common::skip::unless_root("to run usescope as another user") {
         return;
     }
-    let sys = common::copy_tree(&fixture("sys/class/dmi"));
-    let root = sys.with_extension("root");
-    std::fs::create_dir_all(root.join("class")).unwrap();
-    std::fs::rename(&sys, root.join("class/dmi")).unwrap();
+    let tmp = common::temp_dir();
+    let root = tmp.path().join("root");
+    common::copy_dir(&fixture("sys/class/dmi"), &root.join("class/dmi"));
     let id = root.join("class/dmi/id");
     for dir in [&root, &root.join("class"), &root.join("class/dmi"), &id] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -550,16 +541,11 @@ fn dmi_leaves_out_root_only_strings_when_not_root() {
         Some(1.0)
     );
     assert!(d.stop().success());
-    let _ = std::fs::remove_dir_all(&root);
-}
-
-unsafe extern "C" {
-    fn geteuid() -> u32;
 }
 
 #[test]
 fn watchdog_matches_node_exporter() {
-    let Some(ne) = node_exporter("watchdog_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "watchdog", &[]);
@@ -573,7 +559,7 @@ fn watchdog_matches_node_exporter() {
 
 #[test]
 fn rapl_matches_node_exporter_with_and_without_zone_label() {
-    let Some(ne) = node_exporter("rapl_matches_node_exporter_with_and_without_zone_label") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "rapl", &[]);
@@ -587,7 +573,7 @@ fn rapl_matches_node_exporter_with_and_without_zone_label() {
 
 #[test]
 fn dmmultipath_matches_node_exporter() {
-    let Some(ne) = node_exporter("dmmultipath_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "dmmultipath", &[]);
@@ -599,7 +585,7 @@ fn dmmultipath_matches_node_exporter() {
 
 #[test]
 fn infiniband_matches_node_exporter() {
-    let Some(ne) = node_exporter("infiniband_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "infiniband", &[]);
@@ -623,7 +609,7 @@ fn infiniband_matches_node_exporter() {
 
 #[test]
 fn fibrechannel_matches_node_exporter() {
-    let Some(ne) = node_exporter("fibrechannel_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "fibrechannel", &[]);
@@ -640,7 +626,7 @@ fn fibrechannel_matches_node_exporter() {
 
 #[test]
 fn tapestats_matches_node_exporter() {
-    let Some(ne) = node_exporter("tapestats_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "tapestats", &[]);
@@ -660,8 +646,7 @@ fn tapestats_matches_node_exporter() {
 
 #[test]
 fn bcache_matches_node_exporter_with_and_without_priority_stats() {
-    let Some(ne) = node_exporter("bcache_matches_node_exporter_with_and_without_priority_stats")
-    else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "bcache", &[]);
@@ -684,7 +669,7 @@ fn bcache_matches_node_exporter_with_and_without_priority_stats() {
 
 #[test]
 fn bcachefs_matches_node_exporter() {
-    let Some(ne) = node_exporter("bcachefs_matches_node_exporter") else {
+    let Some(ne) = common::node_exporter() else {
         return;
     };
     let (n, d) = sysfs_collector_differences(&ne, "bcachefs", &[]);
