@@ -23,6 +23,7 @@ use crate::collector::Collector;
 use crate::error::ParseError;
 
 pub mod dynamic;
+pub mod rpc_stats;
 pub mod sysfs;
 
 /// Declares each collector module and lists its `SPEC` in [`ALL`], in the
@@ -68,6 +69,7 @@ registry! {
     os,
     processes,
     filesystem,
+    nfs,
     hwmon,
     thermal_zone,
     edac,

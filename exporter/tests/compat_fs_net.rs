@@ -1,0 +1,88 @@
+//! node_exporter compatibility of the network-filesystem, storage and IPVS
+//! collectors: nfs, nfsd, ipvs, xfs. Each test runs node_exporter
+//! (v1.12.1, see `common::node_exporter`) and usescope on the same tree,
+//! with only that collector enabled, and asserts the same families (name,
+//! type, HELP), label sets and values: on the checked-in fixture tree and
+//! on edge cases written here (older kernels, a service without backends,
+//! a server with RPC errors, node_exporter's own fixture layouts).
+
+mod common;
+
+use std::path::Path;
+
+use common::fixture;
+use common::node_exporter::{self, Pair, assert_same, scrape_both, success};
+
+/// A temporary procfs (or sysfs) root holding only the files a test writes.
+struct Tree(tempfile::TempDir);
+
+impl Tree {
+    fn new() -> Tree {
+        Tree(tempfile::tempdir().unwrap())
+    }
+    fn write(&self, rel: &str, text: &str) -> &Tree {
+        let p = self.0.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+        self
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+fn on(bin: &Path, procfs: &Path, flags: &[&str]) -> Pair {
+    scrape_both(bin, procfs, Path::new("/nonexistent-usescope-sys"), flags)
+}
+
+#[test]
+fn nfs_client() {
+    let Some(bin) = node_exporter::find("compat_fs_net::nfs_client") else {
+        return;
+    };
+    // The fixture: a 6.x kernel without NFSv2 (no proc2 line) and 69 NFSv4
+    // operations (more than the 59 node_exporter names).
+    let us = assert_same(&on(&bin, &fixture("proc"), &["--collector.nfs"]), "nfs");
+    assert_eq!(us["node_nfs_requests_total"].series.len(), 18 + 22 + 59);
+    assert_eq!(us["node_nfs_rpc_retransmissions_total"].series[&vec![]], 57.0);
+
+    // node_exporter's own fixture layout: an older kernel with proc2 and
+    // 48 NFSv4 operations (the rest are 0).
+    let older = Tree::new();
+    older.write(
+        "net/rpc/nfs",
+        "net 70 70 69 45\nrpc 1218785755 374636 1218815394\n\
+         proc2 18 16 57 74 52 71 73 45 86 0 52 83 61 17 53 50 23 70 82\n\
+         proc3 22 0 1061909262 48906 4077635 117661341 5 29391916 2570425 2993289 590 0 0 7815 15 1130 0 3983 92385 13332 2 1 23729\n\
+         proc4 48 98 51 54 83 85 23 24 1 28 73 68 83 12 84 39 68 59 58 88 29 74 69 96 21 84 15 53 86 54 66 56 97 36 49 32 85 81 11 58 32 67 13 28 35 1 90 26 0\n",
+    );
+    assert_same(&on(&bin, older.path(), &["--collector.nfs"]), "nfs");
+
+    // No NFS client: neither emits anything; node_exporter reports "no
+    // data" as a failure, usescope as success (docs/node-exporter-compat.md).
+    assert_absent(&bin, "nfs");
+}
+
+/// Without the source file neither exporter emits a series; usescope's
+/// collector succeeds, node_exporter's reports "no data" (success 0).
+fn assert_absent(bin: &Path, collector: &str) {
+    let none = Tree::new();
+    none.write("stat", "");
+    let pair = on(bin, none.path(), &[&format!("--collector.{collector}")]);
+    assert!(node_exporter::differences(&pair, |_| true).is_empty());
+    assert!(node_exporter::families(&pair.usescope).is_empty());
+    assert_eq!(success(&pair.node_exporter, collector), Some(0.0));
+    assert_eq!(success(&pair.usescope, collector), Some(1.0));
+}
+
+#[test]
+fn nfs_client_broken_file_fails_both() {
+    let Some(bin) = node_exporter::find("compat_fs_net::nfs_client_broken_file_fails_both") else {
+        return;
+    };
+    let t = Tree::new();
+    t.write("net/rpc/nfs", "net 70 70 69 45\nrpc 1 2 3\nproc3 5 1 2 3 4 5\n");
+    let pair = on(&bin, t.path(), &["--collector.nfs"]);
+    assert_eq!(success(&pair.node_exporter, "nfs"), Some(0.0));
+    assert_eq!(success(&pair.usescope, "nfs"), Some(0.0));
+}
