@@ -86,3 +86,42 @@ fn nfs_client_broken_file_fails_both() {
     assert_eq!(success(&pair.node_exporter, "nfs"), Some(0.0));
     assert_eq!(success(&pair.usescope, "nfs"), Some(0.0));
 }
+
+#[test]
+fn nfs_server() {
+    let Some(bin) = node_exporter::find("compat_fs_net::nfs_server") else {
+        return;
+    };
+    // The fixture: a 6.x server with RPC errors of all three kinds, 76
+    // NFSv4 operations and wdeleg_getattr.
+    let us = assert_same(&on(&bin, &fixture("proc"), &["--collector.nfsd"]), "nfsd");
+    let errors = &us["node_nfsd_rpc_errors_total"].series;
+    let by_kind = |k: &str| errors[&vec![("error".to_string(), k.to_string())]];
+    assert_eq!((by_kind("fmt"), by_kind("auth"), by_kind("cInt")), (5.0, 6.0, 2.0));
+
+    // node_exporter's own fixture layout: proc2, 72 operations.
+    let older = Tree::new();
+    older.write(
+        "net/rpc/nfsd",
+        "rc 0 6 18622\nfh 0 0 0 0 0\nio 157286400 72864\n\
+         th 8 0 0.000 0.000 0.000 0.000 0.000 0.000 0.000 0.000 0.000 0.000\n\
+         ra 32 0 0 0 0 0 0 0 0 0 0 0\nnet 972 55 917 1\nrpc 18628 3 1 2 0\n\
+         proc2 18 2 69 0 0 4410 0 0 0 0 0 0 0 0 0 0 0 99 2\n\
+         proc3 22 2 112 0 2719 111 0 0 0 0 0 0 0 0 0 0 0 27 216 0 2 1 0\n\
+         proc4 2 2 10853\n\
+         proc4ops 72 0 0 0 1098 2 0 0 0 0 8179 5896 0 0 0 0 5900 0 0 2 0 2 0 9609 0 2 150 1272 0 0 0 1236 0 0 0 0 3 3 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n\
+         wdeleg_getattr 15\n",
+    );
+    assert_same(&on(&bin, older.path(), &["--collector.nfsd"]), "nfsd");
+
+    // A 2.5-era server: 39 operations, no RELEASE_LOCKOWNER (reported 0),
+    // and none of the lines a newer kernel adds.
+    let oldest = Tree::new();
+    let ops39 = vec!["1"; 39].join(" ");
+    oldest.write(
+        "net/rpc/nfsd",
+        &format!("net 5 0 5 1\nrpc 5 0 0 0 0\nproc4ops 39 {ops39}\n"),
+    );
+    assert_same(&on(&bin, oldest.path(), &["--collector.nfsd"]), "nfsd");
+    assert_absent(&bin, "nfsd");
+}

@@ -70,6 +70,7 @@ registry! {
     processes,
     filesystem,
     nfs,
+    nfsd,
     hwmon,
     thermal_zone,
     edac,
