@@ -125,3 +125,90 @@ fn nfs_server() {
     assert_same(&on(&bin, oldest.path(), &["--collector.nfsd"]), "nfsd");
     assert_absent(&bin, "nfsd");
 }
+
+#[test]
+fn ipvs() {
+    let Some(bin) = node_exporter::find("compat_fs_net::ipvs") else {
+        return;
+    };
+    // The fixture: kube-proxy-like services (TCP, UDP, a persistent one, an
+    // FWM one, an IPv6 one), a drained backend (weight 0) and a service
+    // without backends, which has no series in either.
+    let us = assert_same(&on(&bin, &fixture("proc"), &["--collector.ipvs"]), "ipvs");
+    assert_eq!(us["node_ipvs_backend_weight"].series.len(), 9);
+    for labels in ["proto", "local_address,local_port", "", "remote_port,proto,local_mark"] {
+        let flag = format!("--collector.ipvs.backend-labels={labels}");
+        let pair = on(&bin, &fixture("proc"), &["--collector.ipvs", &flag]);
+        assert_same(&pair, "ipvs");
+    }
+
+    // node_exporter's own fixture.
+    let theirs = Tree::new();
+    theirs
+        .write(
+            "net/ip_vs",
+            "IP Virtual Server version 1.2.1 (size=4096)\n\
+             Prot LocalAddress:Port Scheduler Flags\n\
+             \x20 -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n\
+             TCP  C0A80016:0CEA wlc  \n\
+             \x20 -> C0A85216:0CEA      Tunnel  100    248        2         \n\
+             \x20 -> C0A85318:0CEA      Tunnel  100    248        2         \n\
+             \x20 -> C0A85315:0CEA      Tunnel  100    248        1         \n\
+             TCP  C0A80039:0CEA wlc  \n\
+             \x20 -> C0A85416:0CEA      Tunnel  0      0          0         \n\
+             \x20 -> C0A85215:0CEA      Tunnel  100    1499       0         \n\
+             \x20 -> C0A83215:0CEA      Tunnel  100    1498       0         \n\
+             TCP  C0A80037:0CEA wlc  \n\
+             \x20 -> C0A8321A:0CEA      Tunnel  0      0          0         \n\
+             \x20 -> C0A83120:0CEA      Tunnel  100    0          0         \n\
+             FWM  10001000 wlc   \n\
+             \x20 -> C0A8321A:0CEA      Tunnel  20     64         1         \n\
+             \x20 -> C0A83120:0CEA      Tunnel  100    321        5         \n",
+        )
+        .write(
+            "net/ip_vs_stats",
+            &std::fs::read_to_string(fixture("proc").join("net/ip_vs_stats")).unwrap(),
+        );
+    assert_same(&on(&bin, theirs.path(), &["--collector.ipvs"]), "ipvs");
+    let pair = on(
+        &bin,
+        theirs.path(),
+        &["--collector.ipvs", "--collector.ipvs.backend-labels=local_port"],
+    );
+    assert_same(&pair, "ipvs");
+    assert_absent(&bin, "ipvs");
+}
+
+/// Known difference: node_exporter (procfs) does not know SCTP services and
+/// counts their backends under the service before them; usescope labels
+/// them `proto="SCTP"` with their own address (docs/collectors/ipvs.md).
+#[test]
+fn ipvs_sctp_service_is_its_own() {
+    let Some(bin) = node_exporter::find("compat_fs_net::ipvs_sctp_service_is_its_own") else {
+        return;
+    };
+    let t = Tree::new();
+    t.write(
+        "net/ip_vs",
+        "IP Virtual Server version 1.2.1 (size=4096)\n\
+         Prot LocalAddress:Port Scheduler Flags\n\
+         \x20 -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n\
+         TCP  0A600001:01BB rr \n\
+         \x20 -> C0A8010A:192B      Masq    1      12         40        \n\
+         SCTP 0A600002:0B59 rr \n\
+         \x20 -> 0AF40009:0B59      Masq    1      3          0         \n",
+    )
+    .write(
+        "net/ip_vs_stats",
+        &std::fs::read_to_string(fixture("proc").join("net/ip_vs_stats")).unwrap(),
+    );
+    let pair = on(&bin, t.path(), &["--collector.ipvs"]);
+    let diffs = node_exporter::differences(&pair, |_| true);
+    let sctp_backend = "remote_address\", \"10.244.0.9\"";
+    // node_exporter: the SCTP backend under 10.96.0.1:443/TCP; usescope:
+    // under 10.96.0.2:2905/SCTP. Three families, two series each.
+    assert_eq!(diffs.len(), 6, "{diffs:#?}");
+    assert!(diffs.iter().all(|d| d.contains(sctp_backend)), "{diffs:#?}");
+    assert!(pair.usescope.contains("proto=\"SCTP\""));
+    assert!(!pair.node_exporter.contains("proto=\"SCTP\""));
+}

@@ -58,6 +58,7 @@ registry! {
     sockstat,
     softnet,
     conntrack,
+    ipvs,
     schedstat,
     interrupts,
     uname,
@@ -274,6 +275,10 @@ pub enum FlagKind {
     Duration,
     /// A signed integer, as node_exporter's (kingpin's) `Int` flags take it.
     Integer,
+    /// A comma-separated list of names from this set (empty items
+    /// ignored), kept as a [`FlagValue::TextList`] in the set's order, each
+    /// once: node_exporter's `--collector.ipvs.backend-labels`.
+    Subset(&'static [&'static str]),
 }
 
 /// A flag's parsed value.
@@ -303,6 +308,7 @@ impl FlagValue {
                 .parse::<i64>()
                 .map(FlagValue::Integer)
                 .map_err(|e| format!("{raw:?} is not an integer: {e}")),
+            FlagKind::Subset(allowed) => subset(allowed, raw).map(FlagValue::TextList),
             FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
                 // regex's message spans lines (pattern, caret, cause); keep the cause.
                 e.to_string()
@@ -314,6 +320,31 @@ impl FlagValue {
             }),
         }
     }
+}
+
+/// The names of the comma-separated `raw` in `allowed`'s order; an unknown
+/// name is an error that lists every unknown one.
+fn subset(allowed: &[&str], raw: &str) -> Result<Vec<String>, String> {
+    let given: Vec<&str> = raw.split(',').filter(|s| !s.is_empty()).collect();
+    let mut unknown: Vec<&str> = given
+        .iter()
+        .copied()
+        .filter(|g| !allowed.contains(g))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort_unstable();
+        unknown.dedup();
+        return Err(format!(
+            "unknown name(s) {:?}; expected a comma-separated list of {}",
+            unknown.join(", "),
+            allowed.join(",")
+        ));
+    }
+    Ok(allowed
+        .iter()
+        .filter(|a| given.contains(a))
+        .map(|a| a.to_string())
+        .collect())
 }
 
 /// A duration as Go's `time.ParseDuration` reads it: one or more decimal
