@@ -212,3 +212,173 @@ fn ipvs_sctp_service_is_its_own() {
     assert!(pair.usescope.contains("proto=\"SCTP\""));
     assert!(!pair.node_exporter.contains("proto=\"SCTP\""));
 }
+
+#[test]
+fn xfs_fixture() {
+    let Some(bin) = node_exporter::find("compat_fs_net::xfs_fixture") else {
+        return;
+    };
+    // loop0 captured from a 6.18 kernel, sdb1 in an older layout with a
+    // counter at u32::MAX; /sys/fs/xfs/stats (the sum) is no device.
+    let pair = scrape_both(
+        &bin,
+        &fixture("proc"),
+        &fixture("sys"),
+        &["--collector.xfs"],
+    );
+    let us = assert_same(&pair, "xfs");
+    assert_eq!(us.len(), 39);
+    assert_eq!(us["node_xfs_read_calls_total"].series.len(), 2);
+}
+
+/// A real XFS filesystem on a loop device, mounted for the test and
+/// unmounted when dropped.
+struct LoopMount {
+    dir: tempfile::TempDir,
+    device: String,
+}
+
+impl LoopMount {
+    /// `mkfs` (`mkfs.xfs -q -f`, ...) an image of `mib` MiB and mount it;
+    /// `None` (after a SKIPPED line, or a panic under
+    /// `USESCOPE_REQUIRE_BPF=1`) when this host cannot.
+    fn new(test: &str, fstype: &str, mkfs: &[&str], mib: u64) -> Option<LoopMount> {
+        let skip = |why: String| {
+            if common::bpf_required() {
+                panic!("{test}: {why}, and USESCOPE_REQUIRE_BPF=1");
+            }
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        };
+        let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+        if !filesystems.lines().any(|l| l.split_whitespace().last() == Some(fstype)) {
+            return skip(format!("the kernel has no {fstype}"));
+        }
+        if !common::can_run_bpf(test) {
+            return None; // not root: printed or panicked there
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("fs.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+            std::process::Command::new(cmd)
+                .args(args)
+                .output()
+                .map_err(|e| format!("{cmd}: {e}"))
+                .and_then(|o| {
+                    o.status.success().then_some(o.stdout).ok_or_else(|| {
+                        format!("{cmd} failed: {}", String::from_utf8_lossy(&o.stderr))
+                    })
+                })
+        };
+        let mut args: Vec<&std::ffi::OsStr> = mkfs[1..].iter().map(|a| a.as_ref()).collect();
+        args.push(image.as_os_str());
+        if let Err(e) = run(mkfs[0], &args) {
+            return skip(format!("{e} (scripts/setup.sh installs it)"));
+        }
+        if let Err(e) = run(
+            "mount",
+            &["-o".as_ref(), "loop".as_ref(), image.as_os_str(), mnt.as_os_str()],
+        ) {
+            return skip(e);
+        }
+        let source = run("findmnt", &["-n".as_ref(), "-o".as_ref(), "SOURCE".as_ref(), mnt.as_os_str()])
+            .expect("findmnt");
+        let source = String::from_utf8(source).unwrap();
+        let device = source.trim().trim_start_matches("/dev/").to_string();
+        Some(LoopMount { dir, device })
+    }
+
+    fn mnt(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.mnt()).status();
+    }
+}
+
+/// Some files written, read, renamed and removed, then synced.
+fn workload(root: &Path) {
+    for i in 0..60u32 {
+        let d = root.join(format!("d{}", i % 5));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(format!("f{i}")), vec![b'x'; (i as usize + 1) * 1500]).unwrap();
+    }
+    for i in (0..60u32).step_by(3) {
+        let f = root.join(format!("d{}/f{i}", i % 5));
+        std::fs::read(&f).unwrap();
+        std::fs::rename(&f, root.join(format!("d{}/g{i}", i % 5))).unwrap();
+    }
+    std::fs::remove_dir_all(root.join("d2")).unwrap();
+    std::process::Command::new("sync").status().unwrap();
+}
+
+/// The kernel's own counters for one XFS device: `key` → values.
+fn xfs_counters(device: &str) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let text = std::fs::read_to_string(format!("/sys/fs/xfs/{device}/stats/stats")).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let key = f.next()?.to_string();
+            Some((key, f.filter_map(|v| v.parse().ok()).collect()))
+        })
+        .collect()
+}
+
+#[test]
+fn xfs_on_a_real_loop_device() {
+    let test = "compat_fs_net::xfs_on_a_real_loop_device";
+    let Some(bin) = node_exporter::find(test) else {
+        return;
+    };
+    let Some(m) = LoopMount::new(test, "xfs", &["mkfs.xfs", "-q", "-f"], 320) else {
+        return;
+    };
+    workload(&m.mnt());
+    let before = xfs_counters(&m.device);
+    let pair = scrape_both(&bin, Path::new("/proc"), Path::new("/sys"), &["--collector.xfs"]);
+    let after = xfs_counters(&m.device);
+    // Same families, types, HELP and label sets; values checked below.
+    let (ne, us) = (node_exporter::families(&pair.node_exporter), node_exporter::families(&pair.usescope));
+    assert_eq!(ne.keys().collect::<Vec<_>>(), us.keys().collect::<Vec<_>>());
+    for (name, a) in &ne {
+        let b = &us[name];
+        assert_eq!((&a.kind, &a.help), (&b.kind, &b.help), "{name}");
+        assert_eq!(a.series.keys().collect::<Vec<_>>(), b.series.keys().collect::<Vec<_>>(), "{name}");
+    }
+    assert_eq!(success(&pair.usescope, "xfs"), Some(1.0));
+    // Each of our device's values, in both exporters, lies between the
+    // kernel's counters read just before and just after the scrapes.
+    let ours = vec![("device".to_string(), m.device.clone())];
+    let oracle = [
+        ("node_xfs_extent_allocation_extents_allocated_total", "extent_alloc", 0),
+        ("node_xfs_extent_allocation_blocks_allocated_total", "extent_alloc", 1),
+        ("node_xfs_block_mapping_writes_total", "blk_map", 1),
+        ("node_xfs_directory_operation_create_total", "dir", 1),
+        ("node_xfs_directory_operation_remove_total", "dir", 2),
+        ("node_xfs_inode_operation_attempts_total", "ig", 0),
+        ("node_xfs_read_calls_total", "rw", 1),
+        ("node_xfs_write_calls_total", "rw", 0),
+        ("node_xfs_vnode_active_total", "vnodes", 0),
+        ("node_xfs_vnode_remove_total", "vnodes", 6),
+    ];
+    for (family, key, i) in oracle {
+        let (lo, hi) = (before[key][i] as f64, after[key][i] as f64);
+        for (who, fams) in [("node_exporter", &ne), ("usescope", &us)] {
+            let v = fams[family].series[&ours];
+            assert!(lo <= v && v <= hi, "{who} {family} = {v}, kernel {lo}..{hi}");
+        }
+    }
+    // The workload shows: 60 files created, some removed, writes counted.
+    assert!(us["node_xfs_write_calls_total"].series[&ours] >= 60.0);
+    assert!(us["node_xfs_directory_operation_create_total"].series[&ours] >= 65.0);
+    assert!(us["node_xfs_directory_operation_remove_total"].series[&ours] >= 12.0);
+}

@@ -72,6 +72,7 @@ registry! {
     filesystem,
     nfs,
     nfsd,
+    xfs,
     hwmon,
     thermal_zone,
     edac,

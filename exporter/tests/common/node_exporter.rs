@@ -63,9 +63,12 @@ impl NodeExporter {
             .stderr(Stdio::null())
             .spawn()
             .expect("start node_exporter");
-        let ne = NodeExporter { child, addr };
+        let mut ne = NodeExporter { child, addr };
         let end = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(addr).is_err() {
+            if let Ok(Some(status)) = ne.child.try_wait() {
+                panic!("node_exporter {args:?} exited at start-up: {status}");
+            }
             assert!(
                 Instant::now() < end,
                 "node_exporter did not listen on {addr}"
