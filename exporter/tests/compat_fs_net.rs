@@ -382,3 +382,49 @@ fn xfs_on_a_real_loop_device() {
     assert!(us["node_xfs_directory_operation_create_total"].series[&ours] >= 65.0);
     assert!(us["node_xfs_directory_operation_remove_total"].series[&ours] >= 12.0);
 }
+
+#[test]
+fn zfs() {
+    let Some(bin) = node_exporter::find("compat_fs_net::zfs") else {
+        return;
+    };
+    // The fixture: every module kstat node_exporter reads (with an int64
+    // row and a row name with dashes), pool tank in the older layout with
+    // `io` and two datasets, pool backup DEGRADED with a dataset whose
+    // name has a space.
+    let us = assert_same(&on(&bin, &fixture("proc"), &["--collector.zfs"]), "zfs");
+    let state = &us["node_zfs_zpool_state"].series;
+    let key = |pool: &str, st: &str| {
+        vec![
+            ("state".to_string(), st.to_string()),
+            ("zpool".to_string(), pool.to_string()),
+        ]
+    };
+    assert_eq!(state[&key("backup", "degraded")], 1.0);
+    assert_eq!(state[&key("backup", "online")], 0.0);
+    assert_eq!(state[&key("tank", "online")], 1.0);
+    assert_eq!(state.len(), 14);
+    assert!(us.contains_key("node_zfs_fm_erpt_dropped"));
+    assert!(us.contains_key("node_zfs_zpool_nread"));
+
+    // A ZFS 2.x host: pools without `io`, a pool being exported (its
+    // directory without files), a state node_exporter does not list.
+    let t = Tree::new();
+    for f in ["arcstats", "zil", "dmu_tx"] {
+        let rel = format!("spl/kstat/zfs/{f}");
+        t.write(&rel, &std::fs::read_to_string(fixture("proc").join(&rel)).unwrap());
+    }
+    let objset = std::fs::read_to_string(fixture("proc").join("spl/kstat/zfs/tank/objset-0x8a")).unwrap();
+    t.write("spl/kstat/zfs/fast/objset-0x10", &objset)
+        .write("spl/kstat/zfs/fast/state", "FAULTED\n")
+        .write("spl/kstat/zfs/odd/state", "UNKNOWN\n");
+    std::fs::create_dir_all(t.path().join("spl/kstat/zfs/leaving")).unwrap();
+    let us = assert_same(&on(&bin, t.path(), &["--collector.zfs"]), "zfs");
+    let state = &us["node_zfs_zpool_state"].series;
+    assert_eq!(state[&key("fast", "faulted")], 1.0);
+    assert_eq!(state.values().sum::<f64>(), 1.0, "UNKNOWN is none of the seven");
+    assert!(!us.contains_key("node_zfs_zpool_nread"));
+
+    // No ZFS module.
+    assert_absent(&bin, "zfs");
+}

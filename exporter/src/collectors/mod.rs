@@ -73,6 +73,7 @@ registry! {
     nfs,
     nfsd,
     xfs,
+    zfs,
     hwmon,
     thermal_zone,
     edac,
