@@ -428,3 +428,83 @@ fn zfs() {
     // No ZFS module.
     assert_absent(&bin, "zfs");
 }
+
+#[test]
+fn btrfs_fixture() {
+    let Some(bin) = node_exporter::find("compat_fs_net::btrfs_fixture") else {
+        return;
+    };
+    // One filesystem captured from a real 400 MiB btrfs on Linux 6.18
+    // (single data, dup metadata), one hand-written raid1 over two
+    // devices without commit_stats (before Linux 6.0) and an empty label.
+    // No mount answers the ioctls here, so both report sysfs sizes.
+    let pair = scrape_both(
+        &bin,
+        &fixture("proc"),
+        &fixture("sys"),
+        &["--collector.btrfs", "--path.rootfs=/nonexistent-usescope-rootfs"],
+    );
+    let us = assert_same(&pair, "btrfs");
+    assert_eq!(us["node_btrfs_info"].series.len(), 2);
+    assert_eq!(us["node_btrfs_device_size_bytes"].series.len(), 3);
+}
+
+#[test]
+fn btrfs_on_a_real_loop_device() {
+    let test = "compat_fs_net::btrfs_on_a_real_loop_device";
+    let Some(bin) = node_exporter::find(test) else {
+        return;
+    };
+    let Some(m) = LoopMount::new(test, "btrfs", &["mkfs.btrfs", "-q", "-f", "-L", "usescope"], 400)
+    else {
+        return;
+    };
+    workload(&m.mnt());
+    let pair = scrape_both(&bin, Path::new("/proc"), Path::new("/sys"), &["--collector.btrfs"]);
+    // Commits happen in the background (every 30 s): compared apart.
+    let commit = |n: &str| n.contains("commit");
+    let problems = node_exporter::differences(&pair, |n| !commit(n));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert_eq!(success(&pair.usescope, "btrfs"), Some(1.0));
+    let us = node_exporter::families(&pair.usescope);
+    // The ioctl path: per-device error counters, labelled with the
+    // device's btrfs uuid, as `btrfs device stats` reports them.
+    let errors = &us["node_btrfs_device_errors_total"].series;
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    let stats = std::process::Command::new("btrfs")
+        .args(["device", "stats"])
+        .arg(m.mnt())
+        .output()
+        .expect("btrfs device stats");
+    let stats = String::from_utf8(stats.stdout).unwrap();
+    for (kind, key) in [
+        ("write", "write_io_errs"),
+        ("read", "read_io_errs"),
+        ("flush", "flush_io_errs"),
+        ("corruption", "corruption_errs"),
+        ("generation", "generation_errs"),
+    ] {
+        let kernel: f64 = stats
+            .lines()
+            .find(|l| l.contains(&format!(".{key}")))
+            .and_then(|l| l.split_whitespace().last()?.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {stats}"));
+        let ours = errors
+            .iter()
+            .find(|(labels, _)| labels.iter().any(|(k, v)| k == "type" && v == kind))
+            .map(|(_, v)| *v)
+            .unwrap();
+        assert_eq!(ours, kernel, "{kind}");
+    }
+    let size = &us["node_btrfs_device_size_bytes"].series;
+    let (labels, bytes) = size.iter().next().unwrap();
+    assert_eq!(*bytes, (400u64 << 20) as f64);
+    assert!(labels.iter().any(|(k, v)| k == "device" && *v == m.device));
+    let used = &us["node_btrfs_used_bytes"].series;
+    let data_used: f64 = used
+        .iter()
+        .filter(|(l, _)| l.iter().any(|(k, v)| k == "block_group_type" && v == "data"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(data_used >= 60.0 * 1500.0, "the workload's data: {data_used}");
+}

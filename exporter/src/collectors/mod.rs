@@ -23,6 +23,7 @@ use crate::collector::Collector;
 use crate::error::ParseError;
 
 pub mod dynamic;
+pub mod btrfs_ioctl;
 pub mod rpc_stats;
 pub mod sysfs;
 
@@ -74,6 +75,7 @@ registry! {
     nfsd,
     xfs,
     zfs,
+    btrfs,
     hwmon,
     thermal_zone,
     edac,
