@@ -44,7 +44,10 @@ fn nfs_client() {
     // operations (more than the 59 node_exporter names).
     let us = assert_same(&on(&bin, &fixture("proc"), &["--collector.nfs"]), "nfs");
     assert_eq!(us["node_nfs_requests_total"].series.len(), 18 + 22 + 59);
-    assert_eq!(us["node_nfs_rpc_retransmissions_total"].series[&vec![]], 57.0);
+    assert_eq!(
+        us["node_nfs_rpc_retransmissions_total"].series[&vec![]],
+        57.0
+    );
 
     // node_exporter's own fixture layout: an older kernel with proc2 and
     // 48 NFSv4 operations (the rest are 0).
@@ -81,7 +84,10 @@ fn nfs_client_broken_file_fails_both() {
         return;
     };
     let t = Tree::new();
-    t.write("net/rpc/nfs", "net 70 70 69 45\nrpc 1 2 3\nproc3 5 1 2 3 4 5\n");
+    t.write(
+        "net/rpc/nfs",
+        "net 70 70 69 45\nrpc 1 2 3\nproc3 5 1 2 3 4 5\n",
+    );
     let pair = on(&bin, t.path(), &["--collector.nfs"]);
     assert_eq!(success(&pair.node_exporter, "nfs"), Some(0.0));
     assert_eq!(success(&pair.usescope, "nfs"), Some(0.0));
@@ -97,7 +103,10 @@ fn nfs_server() {
     let us = assert_same(&on(&bin, &fixture("proc"), &["--collector.nfsd"]), "nfsd");
     let errors = &us["node_nfsd_rpc_errors_total"].series;
     let by_kind = |k: &str| errors[&vec![("error".to_string(), k.to_string())]];
-    assert_eq!((by_kind("fmt"), by_kind("auth"), by_kind("cInt")), (5.0, 6.0, 2.0));
+    assert_eq!(
+        (by_kind("fmt"), by_kind("auth"), by_kind("cInt")),
+        (5.0, 6.0, 2.0)
+    );
 
     // node_exporter's own fixture layout: proc2, 72 operations.
     let older = Tree::new();
@@ -136,7 +145,12 @@ fn ipvs() {
     // without backends, which has no series in either.
     let us = assert_same(&on(&bin, &fixture("proc"), &["--collector.ipvs"]), "ipvs");
     assert_eq!(us["node_ipvs_backend_weight"].series.len(), 9);
-    for labels in ["proto", "local_address,local_port", "", "remote_port,proto,local_mark"] {
+    for labels in [
+        "proto",
+        "local_address,local_port",
+        "",
+        "remote_port,proto,local_mark",
+    ] {
         let flag = format!("--collector.ipvs.backend-labels={labels}");
         let pair = on(&bin, &fixture("proc"), &["--collector.ipvs", &flag]);
         assert_same(&pair, "ipvs");
@@ -173,7 +187,10 @@ fn ipvs() {
     let pair = on(
         &bin,
         theirs.path(),
-        &["--collector.ipvs", "--collector.ipvs.backend-labels=local_port"],
+        &[
+            "--collector.ipvs",
+            "--collector.ipvs.backend-labels=local_port",
+        ],
     );
     assert_same(&pair, "ipvs");
     assert_absent(&bin, "ipvs");
@@ -251,7 +268,10 @@ impl LoopMount {
             None
         };
         let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
-        if !filesystems.lines().any(|l| l.split_whitespace().last() == Some(fstype)) {
+        if !filesystems
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(fstype))
+        {
             return skip(format!("the kernel has no {fstype}"));
         }
         if !common::can_run_bpf(test) {
@@ -283,12 +303,25 @@ impl LoopMount {
         }
         if let Err(e) = run(
             "mount",
-            &["-o".as_ref(), "loop".as_ref(), image.as_os_str(), mnt.as_os_str()],
+            &[
+                "-o".as_ref(),
+                "loop".as_ref(),
+                image.as_os_str(),
+                mnt.as_os_str(),
+            ],
         ) {
             return skip(e);
         }
-        let source = run("findmnt", &["-n".as_ref(), "-o".as_ref(), "SOURCE".as_ref(), mnt.as_os_str()])
-            .expect("findmnt");
+        let source = run(
+            "findmnt",
+            &[
+                "-n".as_ref(),
+                "-o".as_ref(),
+                "SOURCE".as_ref(),
+                mnt.as_os_str(),
+            ],
+        )
+        .expect("findmnt");
         let source = String::from_utf8(source).unwrap();
         let device = source.trim().trim_start_matches("/dev/").to_string();
         Some(LoopMount { dir, device })
@@ -301,7 +334,9 @@ impl LoopMount {
 
 impl Drop for LoopMount {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(self.mnt()).status();
+        let _ = std::process::Command::new("umount")
+            .arg(self.mnt())
+            .status();
     }
 }
 
@@ -344,23 +379,43 @@ fn xfs_on_a_real_loop_device() {
     };
     workload(&m.mnt());
     let before = xfs_counters(&m.device);
-    let pair = scrape_both(&bin, Path::new("/proc"), Path::new("/sys"), &["--collector.xfs"]);
+    let pair = scrape_both(
+        &bin,
+        Path::new("/proc"),
+        Path::new("/sys"),
+        &["--collector.xfs"],
+    );
     let after = xfs_counters(&m.device);
     // Same families, types, HELP and label sets; values checked below.
-    let (ne, us) = (node_exporter::families(&pair.node_exporter), node_exporter::families(&pair.usescope));
+    let (ne, us) = (
+        node_exporter::families(&pair.node_exporter),
+        node_exporter::families(&pair.usescope),
+    );
     assert_eq!(ne.keys().collect::<Vec<_>>(), us.keys().collect::<Vec<_>>());
     for (name, a) in &ne {
         let b = &us[name];
         assert_eq!((&a.kind, &a.help), (&b.kind, &b.help), "{name}");
-        assert_eq!(a.series.keys().collect::<Vec<_>>(), b.series.keys().collect::<Vec<_>>(), "{name}");
+        assert_eq!(
+            a.series.keys().collect::<Vec<_>>(),
+            b.series.keys().collect::<Vec<_>>(),
+            "{name}"
+        );
     }
     assert_eq!(success(&pair.usescope, "xfs"), Some(1.0));
     // Each of our device's values, in both exporters, lies between the
     // kernel's counters read just before and just after the scrapes.
     let ours = vec![("device".to_string(), m.device.clone())];
     let oracle = [
-        ("node_xfs_extent_allocation_extents_allocated_total", "extent_alloc", 0),
-        ("node_xfs_extent_allocation_blocks_allocated_total", "extent_alloc", 1),
+        (
+            "node_xfs_extent_allocation_extents_allocated_total",
+            "extent_alloc",
+            0,
+        ),
+        (
+            "node_xfs_extent_allocation_blocks_allocated_total",
+            "extent_alloc",
+            1,
+        ),
         ("node_xfs_block_mapping_writes_total", "blk_map", 1),
         ("node_xfs_directory_operation_create_total", "dir", 1),
         ("node_xfs_directory_operation_remove_total", "dir", 2),
@@ -374,7 +429,10 @@ fn xfs_on_a_real_loop_device() {
         let (lo, hi) = (before[key][i] as f64, after[key][i] as f64);
         for (who, fams) in [("node_exporter", &ne), ("usescope", &us)] {
             let v = fams[family].series[&ours];
-            assert!(lo <= v && v <= hi, "{who} {family} = {v}, kernel {lo}..{hi}");
+            assert!(
+                lo <= v && v <= hi,
+                "{who} {family} = {v}, kernel {lo}..{hi}"
+            );
         }
     }
     // The workload shows: 60 files created, some removed, writes counted.
@@ -412,9 +470,13 @@ fn zfs() {
     let t = Tree::new();
     for f in ["arcstats", "zil", "dmu_tx"] {
         let rel = format!("spl/kstat/zfs/{f}");
-        t.write(&rel, &std::fs::read_to_string(fixture("proc").join(&rel)).unwrap());
+        t.write(
+            &rel,
+            &std::fs::read_to_string(fixture("proc").join(&rel)).unwrap(),
+        );
     }
-    let objset = std::fs::read_to_string(fixture("proc").join("spl/kstat/zfs/tank/objset-0x8a")).unwrap();
+    let objset =
+        std::fs::read_to_string(fixture("proc").join("spl/kstat/zfs/tank/objset-0x8a")).unwrap();
     t.write("spl/kstat/zfs/fast/objset-0x10", &objset)
         .write("spl/kstat/zfs/fast/state", "FAULTED\n")
         .write("spl/kstat/zfs/odd/state", "UNKNOWN\n");
@@ -422,7 +484,11 @@ fn zfs() {
     let us = assert_same(&on(&bin, t.path(), &["--collector.zfs"]), "zfs");
     let state = &us["node_zfs_zpool_state"].series;
     assert_eq!(state[&key("fast", "faulted")], 1.0);
-    assert_eq!(state.values().sum::<f64>(), 1.0, "UNKNOWN is none of the seven");
+    assert_eq!(
+        state.values().sum::<f64>(),
+        1.0,
+        "UNKNOWN is none of the seven"
+    );
     assert!(!us.contains_key("node_zfs_zpool_nread"));
 
     // No ZFS module.
@@ -442,7 +508,10 @@ fn btrfs_fixture() {
         &bin,
         &fixture("proc"),
         &fixture("sys"),
-        &["--collector.btrfs", "--path.rootfs=/nonexistent-usescope-rootfs"],
+        &[
+            "--collector.btrfs",
+            "--path.rootfs=/nonexistent-usescope-rootfs",
+        ],
     );
     let us = assert_same(&pair, "btrfs");
     assert_eq!(us["node_btrfs_info"].series.len(), 2);
@@ -455,12 +524,21 @@ fn btrfs_on_a_real_loop_device() {
     let Some(bin) = node_exporter::find(test) else {
         return;
     };
-    let Some(m) = LoopMount::new(test, "btrfs", &["mkfs.btrfs", "-q", "-f", "-L", "usescope"], 400)
-    else {
+    let Some(m) = LoopMount::new(
+        test,
+        "btrfs",
+        &["mkfs.btrfs", "-q", "-f", "-L", "usescope"],
+        400,
+    ) else {
         return;
     };
     workload(&m.mnt());
-    let pair = scrape_both(&bin, Path::new("/proc"), Path::new("/sys"), &["--collector.btrfs"]);
+    let pair = scrape_both(
+        &bin,
+        Path::new("/proc"),
+        Path::new("/sys"),
+        &["--collector.btrfs"],
+    );
     // Commits happen in the background (every 30 s): compared apart.
     let commit = |n: &str| n.contains("commit");
     let problems = node_exporter::differences(&pair, |n| !commit(n));
@@ -503,8 +581,14 @@ fn btrfs_on_a_real_loop_device() {
     let used = &us["node_btrfs_used_bytes"].series;
     let data_used: f64 = used
         .iter()
-        .filter(|(l, _)| l.iter().any(|(k, v)| k == "block_group_type" && v == "data"))
+        .filter(|(l, _)| {
+            l.iter()
+                .any(|(k, v)| k == "block_group_type" && v == "data")
+        })
         .map(|(_, v)| v)
         .sum();
-    assert!(data_used >= 60.0 * 1500.0, "the workload's data: {data_used}");
+    assert!(
+        data_used >= 60.0 * 1500.0,
+        "the workload's data: {data_used}"
+    );
 }

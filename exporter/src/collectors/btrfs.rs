@@ -31,8 +31,6 @@ use crate::exposition::{Desc, Encoder};
 use crate::parse::{fields, lines, parse_fresh, u64_field, u64_sysctl_into};
 use crate::source::{DirListing, SourceFile};
 
-const UUID_DIR: &str = "fs/btrfs/8f0c0009-c7d7-48f3-830e-996233393f1f";
-
 pub const SPEC: Spec = Spec {
     name: "btrfs",
     default_enabled: true,
@@ -572,7 +570,8 @@ mod tests {
         let mut s = Settings::with_roots(fixture("proc"), fixture("sys"));
         s.rootfs = PathBuf::from("/nonexistent-usescope-rootfs");
         let out = render(build(&s).as_mut()).unwrap();
-        let uuid = UUID_DIR.rsplit('/').next().unwrap();
+        // The filesystem captured from a real btrfs.
+        let uuid = "8f0c0009-c7d7-48f3-830e-996233393f1f";
         for line in [
             format!("node_btrfs_info{{uuid=\"{uuid}\",label=\"mylabel\"}} 1\n"),
             format!("node_btrfs_allocation_ratio{{uuid=\"{uuid}\",block_group_type=\"metadata\",mode=\"dup\"}} 2\n"),

@@ -132,7 +132,11 @@ pub fn read(mount_point: &Path, devices: &mut Vec<Device>) -> io::Result<String>
         stats.devid = devid;
         stats.nr_items = 5;
         ioctl(&fd, GET_DEV_STATS, stats.as_mut())?;
-        let path_len = dev.path.iter().position(|&b| b == 0).unwrap_or(dev.path.len());
+        let path_len = dev
+            .path
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(dev.path.len());
         let path = String::from_utf8_lossy(&dev.path[..path_len]);
         format_uuid(&dev.uuid, &mut uuid);
         devices.push(Device {
@@ -165,8 +169,8 @@ mod tests {
     fn uuid_format() {
         let mut s = String::new();
         let u = [
-            0x8f, 0x0c, 0x00, 0x09, 0xc7, 0xd7, 0x48, 0xf3, 0x83, 0x0e, 0x99, 0x62, 0x33, 0x39, 0x3f,
-            0x1f,
+            0x8f, 0x0c, 0x00, 0x09, 0xc7, 0xd7, 0x48, 0xf3, 0x83, 0x0e, 0x99, 0x62, 0x33, 0x39,
+            0x3f, 0x1f,
         ];
         format_uuid(&u, &mut s);
         assert_eq!(s, "8f0c0009-c7d7-48f3-830e-996233393f1f");

@@ -22,8 +22,8 @@ use regex::Regex;
 use crate::collector::Collector;
 use crate::error::ParseError;
 
-pub mod dynamic;
 pub mod btrfs_ioctl;
+pub mod dynamic;
 pub mod rpc_stats;
 pub mod sysfs;
 

@@ -103,7 +103,11 @@ pub fn scrape_both(bin: &Path, procfs: &Path, sysfs: &Path, flags: &[&str]) -> P
     args.extend(flags.iter().map(|s| s.to_string()));
     let ne = NodeExporter::start(bin, &args);
     let mut ours: Vec<&str> = args.iter().map(String::as_str).collect();
-    ours.extend(["--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"]);
+    ours.extend([
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ]);
     let d = Daemon::start(&ours);
     Pair {
         node_exporter: ne.scrape(),
