@@ -12,11 +12,11 @@
 //! no `procN` line (a kernel built without NFSv2), as node_exporter does.
 
 use crate::collector::Collector;
-use crate::collectors::rpc_stats::{SeenKeys, V2_PROCEDURES, V3_PROCEDURES, counted, fixed};
+use crate::collectors::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
+use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, parse_fresh};
+use crate::parse::parse_fresh;
 use crate::source::SourceFile;
 
 pub const SPEC: Spec = Spec {
@@ -140,7 +140,7 @@ impl Default for ClientStats {
     }
 }
 
-/// The keys of /proc/net/rpc/nfs, numbered for [`SeenKeys`].
+/// The keys of /proc/net/rpc/nfs; `net` and `rpc` first, which [`each_line`] requires.
 const KEYS: [&str; 5] = ["net", "rpc", "proc2", "proc3", "proc4"];
 
 /// Parses /proc/net/rpc/nfs. Every line is a known key (node_exporter
@@ -148,33 +148,15 @@ const KEYS: [&str; 5] = ["net", "rpc", "proc2", "proc3", "proc4"];
 /// which the kernel always writes, must be there.
 pub fn parse_into(s: &str, out: &mut ClientStats) -> Result<(), ParseError> {
     *out = ClientStats::default();
-    let mut seen = SeenKeys::default();
-    let mut last = 0;
-    for (i, line) in lines(s).enumerate() {
-        let n = i + 1;
-        last = n;
-        let mut f = fields(line);
-        let key = f
-            .next()
-            .ok_or_else(|| ParseError::new(n, "empty line"))?;
-        let index = KEYS.iter().position(|k| *k == key).ok_or_else(|| {
-            ParseError::new(n, format!("unknown NFS metric line {}", excerpt(key)))
-        })?;
-        seen.first(index as u32, key, n)?;
-        match key {
-            "net" => fixed(&mut f, n, key, &mut out.net)?,
-            "rpc" => fixed(&mut f, n, key, &mut out.rpc)?,
-            "proc2" => _ = counted(&mut f, n, key, 18, &mut out.v2)?,
-            "proc3" => _ = counted(&mut f, n, key, 22, &mut out.v3)?,
-            _ => _ = counted(&mut f, n, key, 0, &mut out.v4)?,
-        }
+    each_line(s, "NFS", &KEYS, |key, n, f| {
+    match key {
+        "net" => fixed(f, n, key, &mut out.net),
+        "rpc" => fixed(f, n, key, &mut out.rpc),
+        "proc2" => counted(f, n, key, 18, &mut out.v2).map(|_| ()),
+        "proc3" => counted(f, n, key, 22, &mut out.v3).map(|_| ()),
+        _ => counted(f, n, key, 0, &mut out.v4).map(|_| ()),
     }
-    for (index, key) in KEYS[..2].iter().enumerate() {
-        if !seen.has(index as u32) {
-            return Err(ParseError::new(last + 1, format!("no {key:?} line")));
-        }
-    }
-    Ok(())
+    })
 }
 
 pub struct NfsCollector {

@@ -9,11 +9,11 @@
 //! client) its errors, and `requests_total` by operation its load.
 
 use crate::collector::Collector;
-use crate::collectors::rpc_stats::{SeenKeys, V2_PROCEDURES, V3_PROCEDURES, counted, fixed};
+use crate::collectors::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
+use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, parse_fresh};
+use crate::parse::parse_fresh;
 use crate::source::SourceFile;
 
 pub const SPEC: Spec = Spec {
@@ -170,7 +170,7 @@ impl Default for ServerStats {
     }
 }
 
-/// The keys of /proc/net/rpc/nfsd, numbered for [`SeenKeys`].
+/// The keys of /proc/net/rpc/nfsd; `net` and `rpc` first, which [`each_line`] requires.
 const KEYS: [&str; 12] = [
     "net",
     "rpc",
@@ -193,59 +193,44 @@ const KEYS: [&str; 12] = [
 /// `0.000`), which node_exporter skips too.
 pub fn parse_into(s: &str, out: &mut ServerStats) -> Result<(), ParseError> {
     *out = ServerStats::default();
-    let mut seen = SeenKeys::default();
-    let mut last = 0;
-    for (i, line) in lines(s).enumerate() {
-        let n = i + 1;
-        last = n;
-        let mut f = fields(line);
-        let key = f
-            .next()
-            .ok_or_else(|| ParseError::new(n, "empty line"))?;
-        let index = KEYS.iter().position(|k| *k == key).ok_or_else(|| {
-            ParseError::new(n, format!("unknown NFSd metric line {}", excerpt(key)))
-        })?;
-        seen.first(index as u32, key, n)?;
-        match key {
-            "net" => fixed(&mut f, n, key, &mut out.net)?,
-            "rpc" => fixed(&mut f, n, key, &mut out.rpc)?,
-            "rc" => fixed(&mut f, n, key, &mut out.reply_cache)?,
-            "fh" => fixed(&mut f, n, key, &mut out.file_handles)?,
-            "io" => fixed(&mut f, n, key, &mut out.io)?,
-            "th" => {
-                let mut first_two = [0; 2];
-                let mut two = f.by_ref().take(2);
-                fixed(&mut two, n, key, &mut first_two).map_err(|_| {
-                    ParseError::new(n, "th: expected the thread count and a second number")
-                })?;
-                out.threads = first_two[0];
+    each_line(s, "NFSd", &KEYS, |key, n, f| {
+    match key {
+        "net" => fixed(f, n, key, &mut out.net),
+        "rpc" => fixed(f, n, key, &mut out.rpc),
+        "rc" => fixed(f, n, key, &mut out.reply_cache),
+        "fh" => fixed(f, n, key, &mut out.file_handles),
+        "io" => fixed(f, n, key, &mut out.io),
+        "th" => {
+            let mut first_two = [0; 2];
+            let mut two = f.take(2);
+            fixed(&mut two, n, key, &mut first_two).map_err(|_| {
+                ParseError::new(n, "th: expected the thread count and a second number")
+            })?;
+            out.threads = first_two[0];
+            Ok(())
+        }
+        "ra" => fixed(f, n, key, &mut out.read_ahead),
+        "proc2" => counted(f, n, key, 18, &mut out.v2).map(|_| ()),
+        "proc3" => counted(f, n, key, 22, &mut out.v3).map(|_| ()),
+        "proc4" => {
+            let count = counted(f, n, key, 2, &mut out.v4)?;
+            if count != 2 {
+                return Err(ParseError::new(
+                    n,
+                    format!("proc4: {count} procedures, expected 2 (NULL and COMPOUND)"),
+                ));
             }
-            "ra" => fixed(&mut f, n, key, &mut out.read_ahead)?,
-            "proc2" => _ = counted(&mut f, n, key, 18, &mut out.v2)?,
-            "proc3" => _ = counted(&mut f, n, key, 22, &mut out.v3)?,
-            "proc4" => {
-                let count = counted(&mut f, n, key, 2, &mut out.v4)?;
-                if count != 2 {
-                    return Err(ParseError::new(
-                        n,
-                        format!("proc4: {count} procedures, expected 2 (NULL and COMPOUND)"),
-                    ));
-                }
-            }
-            "proc4ops" => _ = counted(&mut f, n, key, 39, &mut out.v4_ops)?,
-            _ => {
-                let mut one = [0];
-                fixed(&mut f, n, key, &mut one)?;
-                out.wdeleg_getattr = one[0];
-            }
+            Ok(())
+        }
+        "proc4ops" => counted(f, n, key, 39, &mut out.v4_ops).map(|_| ()),
+        _ => {
+            let mut one = [0];
+            fixed(f, n, key, &mut one)?;
+            out.wdeleg_getattr = one[0];
+            Ok(())
         }
     }
-    for (index, key) in KEYS[..2].iter().enumerate() {
-        if !seen.has(index as u32) {
-            return Err(ParseError::new(last + 1, format!("no {key:?} line")));
-        }
-    }
-    Ok(())
+    })
 }
 
 pub struct NfsdCollector {

@@ -9,7 +9,7 @@
 //! (procfs's `nfs` package field names), so `method` labels match.
 
 use crate::error::{ParseError, excerpt};
-use crate::parse::u64_field;
+use crate::parse::{Fields, fields, lines, u64_field};
 
 /// NFSv2 procedures, in the kernel's order (`proc2` has at least 18).
 pub const V2_PROCEDURES: [&str; 18] = [
@@ -43,25 +43,40 @@ pub const V3_PROCEDURES: [&str; 22] = [
     "Commit",
 ];
 
-/// Which of a line's keys have been seen, to refuse a second line with the
-/// same key (the kernel writes each once).
-#[derive(Default)]
-pub struct SeenKeys(u32);
-
-impl SeenKeys {
-    /// Marks key number `index` (the caller's own numbering) as seen.
-    pub fn first(&mut self, index: u32, key: &str, line: usize) -> Result<(), ParseError> {
-        let bit = 1 << index;
-        if self.0 & bit != 0 {
-            return Err(ParseError::new(line, format!("a second {key:?} line")));
+/// Calls `each(key, line, values)` for every line of an rpc stats file,
+/// `values` the line's fields after the key. Every key must be one of
+/// `keys` (another is an "unknown {what} metric line", as procfs words
+/// it), at most once; the first two of `keys`, which the kernel always
+/// writes (`net` and `rpc`), must be there.
+pub fn each_line<'t>(
+    s: &'t str,
+    what: &str,
+    keys: &[&'static str],
+    mut each: impl FnMut(&'static str, usize, &mut Fields<'t>) -> Result<(), ParseError>,
+) -> Result<(), ParseError> {
+    let mut seen = 0u32;
+    let mut last = 0;
+    for (i, line) in lines(s).enumerate() {
+        let n = i + 1;
+        last = n;
+        let mut f = fields(line);
+        let word = f.next().ok_or_else(|| ParseError::new(n, "empty line"))?;
+        let index = keys.iter().position(|k| *k == word).ok_or_else(|| {
+            ParseError::new(n, format!("unknown {what} metric line {}", excerpt(word)))
+        })?;
+        let bit = 1u32 << index;
+        if seen & bit != 0 {
+            return Err(ParseError::new(n, format!("a second {word:?} line")));
         }
-        self.0 |= bit;
-        Ok(())
+        seen |= bit;
+        each(keys[index], n, &mut f)?;
     }
-
-    pub fn has(&self, index: u32) -> bool {
-        self.0 & (1 << index) != 0
+    for (index, key) in keys.iter().enumerate().take(2) {
+        if seen & (1 << index) == 0 {
+            return Err(ParseError::new(last + 1, format!("no {key:?} line")));
+        }
     }
+    Ok(())
 }
 
 /// Reads exactly `out.len()` counters of line `line` (`key` names it).
@@ -163,10 +178,32 @@ mod tests {
     }
 
     #[test]
-    fn seen_keys() {
-        let mut seen = SeenKeys::default();
-        seen.first(3, "rpc", 1).unwrap();
-        assert!(seen.has(3) && !seen.has(2));
-        assert_eq!(seen.first(3, "rpc", 7).unwrap_err().line, 7);
+    fn each_line_checks_keys() {
+        let keys = ["net", "rpc", "proc3"];
+        let mut got = Vec::new();
+        each_line("net 1\nrpc 2\nproc3 3\n", "NFS", &keys, |k, n, f| {
+            got.push((k, n, f.next().unwrap().to_string()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                ("net", 1, "1".into()),
+                ("rpc", 2, "2".into()),
+                ("proc3", 3, "3".into())
+            ]
+        );
+        let run = |s| each_line(s, "NFS", &keys, |_, _, _| Ok(()));
+        let e = run("net 1\nxprt 1\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.msg.as_str()),
+            (2, "unknown NFS metric line \"xprt\"")
+        );
+        let e = run("net 1\nrpc 1\nrpc 1\n").unwrap_err();
+        assert_eq!((e.line, e.msg.as_str()), (3, "a second \"rpc\" line"));
+        let e = run("net 1\n").unwrap_err();
+        assert_eq!((e.line, e.msg.as_str()), (2, "no \"rpc\" line"));
+        assert_eq!(run("net 1\n\nrpc 1\n").unwrap_err().line, 2);
     }
 }
