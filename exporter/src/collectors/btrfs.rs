@@ -302,8 +302,7 @@ impl Filesystem {
             g.reserved.read()?;
             let dir = self.dir.join("allocation").join(name);
             g.listing.read(&dir)?;
-            let mut keep = Vec::with_capacity(0);
-            std::mem::swap(&mut keep, &mut g.layouts);
+            let mut keep = std::mem::take(&mut g.layouts);
             for e in g.listing.entries().iter().filter(|e| !e.is_file) {
                 let layout = match keep.iter().position(|l| l.name == e.name) {
                     Some(i) => keep.swap_remove(i),

@@ -223,7 +223,7 @@ mod tests {
         // No proc2 line (a kernel without NFSv2): zeros.
         assert_eq!(p.v2, [0; 18]);
         assert_eq!(p.v3[V3_PROCEDURES.iter().position(|m| *m == "GetAttr").unwrap()], 7);
-        // proc4 has 69 values on this kernel; the first 59 are named.
+        // The fixture's proc4 has 69 values; the first 59 are named.
         assert_eq!(p.v4[1], 1_298_113, "Read");
         assert_eq!(p.v4[58], 4, "Clone");
     }

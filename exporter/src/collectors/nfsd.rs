@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(p.rpc, [58409, 13, 5, 6, 2]);
         assert_eq!(p.v2, [0; 18], "no proc2 line (a kernel without NFSv2)");
         assert_eq!(p.v4, [2, 50810]);
-        // proc4ops has 76 operations on this kernel; 0-39 are kept.
+        // The fixture's proc4ops has 76 operations; 0-39 are kept.
         assert_eq!(p.v4_ops[3], 9120, "ACCESS");
         assert_eq!(p.v4_ops[22], 50812, "PUTFH");
         assert_eq!(p.wdeleg_getattr, 4);
