@@ -19,6 +19,7 @@ packages=(
   systemd                         # systemd-analyze verify of the unit file
   wrk                             # the load test
   python3-fusepy                  # tests/tools/hangfs.py: a real hung FUSE mount (libfuse2)
+  xfsprogs btrfs-progs            # real XFS and btrfs filesystems on loop devices (tests/xfs_real.rs, btrfs)
 )
 missing=()
 for p in "${packages[@]}"; do

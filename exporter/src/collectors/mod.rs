@@ -22,7 +22,9 @@ use regex::Regex;
 use crate::collector::Collector;
 use crate::error::ParseError;
 
+pub mod btrfs_ioctl;
 pub mod dynamic;
+pub mod rpc_stats;
 pub mod sysfs;
 
 /// Declares each collector module and lists its `SPEC` in [`ALL`], in the
@@ -57,6 +59,7 @@ registry! {
     sockstat,
     softnet,
     conntrack,
+    ipvs,
     schedstat,
     interrupts,
     uname,
@@ -68,6 +71,11 @@ registry! {
     os,
     processes,
     filesystem,
+    nfs,
+    nfsd,
+    xfs,
+    zfs,
+    btrfs,
     hwmon,
     thermal_zone,
     edac,
@@ -281,6 +289,10 @@ pub enum FlagKind {
     Duration,
     /// A signed integer, as node_exporter's (kingpin's) `Int` flags take it.
     Integer,
+    /// A comma-separated list of names from this set (empty items
+    /// ignored), kept as a [`FlagValue::TextList`] in the set's order, each
+    /// once: node_exporter's `--collector.ipvs.backend-labels`.
+    Subset(&'static [&'static str]),
 }
 
 /// A flag's parsed value.
@@ -310,6 +322,7 @@ impl FlagValue {
                 .parse::<i64>()
                 .map(FlagValue::Integer)
                 .map_err(|e| format!("{raw:?} is not an integer: {e}")),
+            FlagKind::Subset(allowed) => subset(allowed, raw).map(FlagValue::TextList),
             FlagKind::Regex => Regex::new(raw).map(FlagValue::Regex).map_err(|e| {
                 // regex's message spans lines (pattern, caret, cause); keep the cause.
                 e.to_string()
@@ -321,6 +334,31 @@ impl FlagValue {
             }),
         }
     }
+}
+
+/// The names of the comma-separated `raw` in `allowed`'s order; an unknown
+/// name is an error that lists every unknown one.
+fn subset(allowed: &[&str], raw: &str) -> Result<Vec<String>, String> {
+    let given: Vec<&str> = raw.split(',').filter(|s| !s.is_empty()).collect();
+    let mut unknown: Vec<&str> = given
+        .iter()
+        .copied()
+        .filter(|g| !allowed.contains(g))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort_unstable();
+        unknown.dedup();
+        return Err(format!(
+            "unknown name(s) {:?}; expected a comma-separated list of {}",
+            unknown.join(", "),
+            allowed.join(",")
+        ));
+    }
+    Ok(allowed
+        .iter()
+        .filter(|a| given.contains(a))
+        .map(|a| a.to_string())
+        .collect())
 }
 
 /// A duration as Go's `time.ParseDuration` reads it: one or more decimal

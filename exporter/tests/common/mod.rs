@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod hangfs;
+pub mod node_exporter;
 pub mod skip;
 
 pub fn bin() -> PathBuf {
