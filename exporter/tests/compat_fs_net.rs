@@ -37,7 +37,7 @@ fn on(bin: &Path, procfs: &Path, flags: &[&str]) -> Pair {
 
 #[test]
 fn nfs_client() {
-    let Some(bin) = node_exporter::find("compat_fs_net::nfs_client") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     // The fixture: a 6.x kernel without NFSv2 (no proc2 line) and 69 NFSv4
@@ -80,7 +80,7 @@ fn assert_absent(bin: &Path, collector: &str) {
 
 #[test]
 fn nfs_client_broken_file_fails_both() {
-    let Some(bin) = node_exporter::find("compat_fs_net::nfs_client_broken_file_fails_both") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     let t = Tree::new();
@@ -95,7 +95,7 @@ fn nfs_client_broken_file_fails_both() {
 
 #[test]
 fn nfs_server() {
-    let Some(bin) = node_exporter::find("compat_fs_net::nfs_server") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     // The fixture: a 6.x server with RPC errors of all three kinds, 76
@@ -137,7 +137,7 @@ fn nfs_server() {
 
 #[test]
 fn ipvs() {
-    let Some(bin) = node_exporter::find("compat_fs_net::ipvs") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     // The fixture: kube-proxy-like services (TCP, UDP, a persistent one, an
@@ -201,7 +201,7 @@ fn ipvs() {
 /// them `proto="SCTP"` with their own address (docs/collectors/ipvs.md).
 #[test]
 fn ipvs_sctp_service_is_its_own() {
-    let Some(bin) = node_exporter::find("compat_fs_net::ipvs_sctp_service_is_its_own") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     let t = Tree::new();
@@ -232,7 +232,7 @@ fn ipvs_sctp_service_is_its_own() {
 
 #[test]
 fn xfs_fixture() {
-    let Some(bin) = node_exporter::find("compat_fs_net::xfs_fixture") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     // loop0 captured from a 6.18 kernel, sdb1 in an older layout with a
@@ -257,25 +257,17 @@ struct LoopMount {
 
 impl LoopMount {
     /// `mkfs` (`mkfs.xfs -q -f`, ...) an image of `mib` MiB and mount it;
-    /// `None` (after a SKIPPED line, or a panic under
-    /// `USESCOPE_REQUIRE_BPF=1`) when this host cannot.
-    fn new(test: &str, fstype: &str, mkfs: &[&str], mib: u64) -> Option<LoopMount> {
-        let skip = |why: String| {
-            if common::bpf_required() {
-                panic!("{test}: {why}, and USESCOPE_REQUIRE_BPF=1");
-            }
-            eprintln!("SKIPPED {test}: {why}");
-            None
-        };
+    /// `None` after a skip (a failure in CI, through `common::skip`) when
+    /// this host cannot.
+    fn new(fstype: &str, mkfs: &[&str], mib: u64) -> Option<LoopMount> {
         let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
-        if !filesystems
+        let has_fs = filesystems
             .lines()
-            .any(|l| l.split_whitespace().last() == Some(fstype))
+            .any(|l| l.split_whitespace().last() == Some(fstype));
+        if !common::skip::unless_met(has_fs, &format!("a kernel with {fstype}"))
+            || !common::skip::unless_root("to mount a loop device")
         {
-            return skip(format!("the kernel has no {fstype}"));
-        }
-        if !common::can_run_bpf(test) {
-            return None; // not root: printed or panicked there
+            return None;
         }
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("fs.img");
@@ -299,7 +291,8 @@ impl LoopMount {
         let mut args: Vec<&std::ffi::OsStr> = mkfs[1..].iter().map(|a| a.as_ref()).collect();
         args.push(image.as_os_str());
         if let Err(e) = run(mkfs[0], &args) {
-            return skip(format!("{e} (scripts/setup.sh installs it)"));
+            common::skip::unless_met(false, &format!("{e} (scripts/setup.sh installs it)"));
+            return None;
         }
         if let Err(e) = run(
             "mount",
@@ -310,7 +303,8 @@ impl LoopMount {
                 mnt.as_os_str(),
             ],
         ) {
-            return skip(e);
+            common::skip::unless_met(false, &e);
+            return None;
         }
         let source = run(
             "findmnt",
@@ -370,11 +364,10 @@ fn xfs_counters(device: &str) -> std::collections::BTreeMap<String, Vec<u64>> {
 
 #[test]
 fn xfs_on_a_real_loop_device() {
-    let test = "compat_fs_net::xfs_on_a_real_loop_device";
-    let Some(bin) = node_exporter::find(test) else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
-    let Some(m) = LoopMount::new(test, "xfs", &["mkfs.xfs", "-q", "-f"], 320) else {
+    let Some(m) = LoopMount::new("xfs", &["mkfs.xfs", "-q", "-f"], 320) else {
         return;
     };
     workload(&m.mnt());
@@ -443,7 +436,7 @@ fn xfs_on_a_real_loop_device() {
 
 #[test]
 fn zfs() {
-    let Some(bin) = node_exporter::find("compat_fs_net::zfs") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     // The fixture: every module kstat node_exporter reads (with an int64
@@ -497,7 +490,7 @@ fn zfs() {
 
 #[test]
 fn btrfs_fixture() {
-    let Some(bin) = node_exporter::find("compat_fs_net::btrfs_fixture") else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
     // One filesystem captured from a real 400 MiB btrfs on Linux 6.18
@@ -520,16 +513,11 @@ fn btrfs_fixture() {
 
 #[test]
 fn btrfs_on_a_real_loop_device() {
-    let test = "compat_fs_net::btrfs_on_a_real_loop_device";
-    let Some(bin) = node_exporter::find(test) else {
+    let Some(bin) = node_exporter::find() else {
         return;
     };
-    let Some(m) = LoopMount::new(
-        test,
-        "btrfs",
-        &["mkfs.btrfs", "-q", "-f", "-L", "usescope"],
-        400,
-    ) else {
+    let Some(m) = LoopMount::new("btrfs", &["mkfs.btrfs", "-q", "-f", "-L", "usescope"], 400)
+    else {
         return;
     };
     workload(&m.mnt());

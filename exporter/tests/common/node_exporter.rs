@@ -3,8 +3,8 @@
 //! on the same roots with the same collector flags, and list every way
 //! their `node_*` families differ (type, HELP, label sets, values).
 //!
-//! Without node_exporter a test prints a SKIPPED line and returns, and
-//! fails under `USESCOPE_REQUIRE_BPF=1` (CI's "every test must run").
+//! Without node_exporter a test skips through `common::skip` and returns,
+//! and fails in CI (`USESCOPE_REQUIRE_BPF=1` or `CI=true`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -14,26 +14,10 @@ use std::time::{Duration, Instant};
 
 use super::{Daemon, http_get};
 
-/// The node_exporter binary, or `None` (after a SKIPPED line) when it is
-/// missing and the run does not require it.
-pub fn find(test: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("NODE_EXPORTER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root/go/bin/node_exporter"));
-    if path.is_file() {
-        return Some(path);
-    }
-    if super::bpf_required() {
-        panic!(
-            "{test}: node_exporter not found at {} and USESCOPE_REQUIRE_BPF=1",
-            path.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED {test}: node_exporter not found at {} (set NODE_EXPORTER)",
-        path.display()
-    );
-    None
+/// The node_exporter binary, or `None` after a skip (a failure in CI):
+/// [`super::node_exporter`].
+pub fn find() -> Option<PathBuf> {
+    super::node_exporter()
 }
 
 /// A node_exporter process on a free loopback port, killed when dropped.
