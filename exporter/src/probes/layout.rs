@@ -8,14 +8,31 @@
 
 use std::mem::{offset_of, size_of};
 
-pub const RUNQLAT_BUCKETS: usize = 25;
-pub const RUNQLAT_OVERFLOW: usize = RUNQLAT_BUCKETS;
+pub const LOG2_HIST_BUCKETS: usize = 25;
+pub const LOG2_HIST_OVERFLOW: usize = LOG2_HIST_BUCKETS;
 
 #[repr(C)]
 pub struct RunqlatHist {
-    pub slots: [u64; RUNQLAT_BUCKETS + 1],
+    pub slots: [u64; LOG2_HIST_BUCKETS + 1],
     pub sum_ns: u64,
     pub missed: u64,
+}
+
+/// `op` label values by op group (BIOLAT_OP_* in the header).
+pub const BIOLAT_OP_NAMES: [&str; 4] = ["read", "write", "discard", "flush"];
+
+/// The per-CPU hash key: `dev` (kernel dev_t, major << 20 | minor) in the
+/// low 32 bits and `op` in the high 32 bits of one little-endian u64.
+#[repr(C)]
+pub struct BiolatKey {
+    pub dev: u32,
+    pub op: u32,
+}
+
+#[repr(C)]
+pub struct BiolatHist {
+    pub slots: [u64; LOG2_HIST_BUCKETS + 1],
+    pub sum_ns: u64,
 }
 
 #[repr(C)]
@@ -47,6 +64,7 @@ pub const fn word(byte_offset: usize) -> usize {
 
 pub const RUNQLAT_SUM_WORD: usize = word(offset_of!(RunqlatHist, sum_ns));
 pub const RUNQLAT_MISSED_WORD: usize = word(offset_of!(RunqlatHist, missed));
+pub const BIOLAT_SUM_WORD: usize = word(offset_of!(BiolatHist, sum_ns));
 pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
 pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
 pub const CACHESTAT_DIRTIED_WORD: usize = word(offset_of!(CachestatCounts, dirtied));
@@ -83,8 +101,12 @@ mod tests {
 
     #[test]
     fn constants_match_the_c_header() {
-        assert_eq!(define("RUNQLAT_BUCKETS"), RUNQLAT_BUCKETS);
-        assert_eq!(define("RUNQLAT_OVERFLOW"), RUNQLAT_OVERFLOW);
+        assert_eq!(define("LOG2_HIST_BUCKETS"), LOG2_HIST_BUCKETS);
+        assert_eq!(define("LOG2_HIST_OVERFLOW"), LOG2_HIST_OVERFLOW);
+        for (i, name) in BIOLAT_OP_NAMES.iter().enumerate() {
+            assert_eq!(define(&format!("BIOLAT_OP_{}", name.to_ascii_uppercase())), i);
+        }
+        assert_eq!(define("BIOLAT_OPS"), BIOLAT_OP_NAMES.len());
         assert_eq!(define("DROPS_CORE_SLOTS"), DROPS_CORE_SLOTS);
         assert_eq!(define("DROPS_SUBSYS_SHIFT"), DROPS_SUBSYS_SHIFT as usize);
         assert_eq!(define("DROPS_SUBSYS_MAX"), DROPS_SUBSYS_MAX);
@@ -101,11 +123,14 @@ mod tests {
     #[test]
     fn struct_sizes_match_the_c_header() {
         // Every C struct is a sequence of __u64 in declaration order.
-        assert_eq!(size_of::<RunqlatHist>(), (RUNQLAT_BUCKETS + 1 + 2) * 8);
+        assert_eq!(size_of::<RunqlatHist>(), (LOG2_HIST_BUCKETS + 1 + 2) * 8);
+        assert_eq!(size_of::<BiolatHist>(), (LOG2_HIST_BUCKETS + 1 + 1) * 8);
+        assert_eq!(size_of::<BiolatKey>(), 8);
+        assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
         assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
-        assert_eq!(RUNQLAT_SUM_WORD, RUNQLAT_BUCKETS + 1);
-        assert_eq!(RUNQLAT_MISSED_WORD, RUNQLAT_BUCKETS + 2);
+        assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
+        assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
         assert_eq!(
             (
                 CACHESTAT_ACCESSES_WORD,
@@ -127,8 +152,26 @@ mod tests {
             .collect();
         assert_eq!(
             fields,
-            ["slots[RUNQLAT_BUCKETS + 1];", "sum_ns;", "missed;"]
+            ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;", "missed;"]
         );
+        let bh = HEADER.split("struct biolat_hist {").nth(1).unwrap();
+        let fields: Vec<&str> = bh
+            .split("};")
+            .next()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("__u64 "))
+            .collect();
+        assert_eq!(fields, ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;"]);
+        let bk = HEADER.split("struct biolat_key {").nth(1).unwrap();
+        let fields: Vec<&str> = bk
+            .split("};")
+            .next()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("__u32 "))
+            .collect();
+        assert_eq!(fields, ["dev;", "op;"]);
         let cs = HEADER.split("struct cachestat_counts {").nth(1).unwrap();
         let fields: Vec<&str> = cs
             .split("};")
