@@ -80,7 +80,12 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     if settings.runqlat_lru_start_map {
         return lru();
     }
-    match loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, TASK_STORAGE_MODES, |_| {}) {
+    // aya 0.14 creates the task-storage map like any other but has no
+    // wrapper type for it; without this it would refuse the object.
+    let task_storage = loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, TASK_STORAGE_MODES, |l| {
+        l.allow_unsupported_maps();
+    });
+    match task_storage {
         Ok(loaded) => Ok(loaded),
         Err(task_storage) => {
             tracing::info!(probe = "runqlat", cause = %task_storage, "task storage refused; falling back to the LRU hash start map");
