@@ -6,8 +6,8 @@
  * time the request waited in the I/O scheduler before issue (diskstats'
  * time fields include that wait).
  *
- * Issue and completion usually run on different CPUs, so the issue time
- * goes into the one shared map, a hash keyed by the request's address;
+ * Issue and completion may run on different CPUs, so the issue time goes
+ * into the one shared map, a hash keyed by the request's address;
  * everything else is per-CPU. The program pair exists twice: tp_btf
  * (fields read directly) and raw_tp (through bpf_probe_read_kernel).
  * Both need the 5.11+ tracepoint arguments (no request_queue first).
@@ -21,11 +21,17 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* request address -> ktime of issue. Deleted at completion; a request
- * that never completes (device removed) stays until the map is freed. */
+/* request address -> ktime of issue, 0 once completed. Request structs
+ * are allocated once per tag and reused for every I/O, so entries are
+ * written in place and never deleted: after the first I/O on each tag,
+ * issue and completion are a lookup and a store, with no bucket lock. An
+ * update or delete takes the lock, and when it collides with a nested
+ * run (an interrupt completing I/O on the same CPU) the kernel refuses it
+ * with EBUSY, losing that I/O. LRU, so requests of removed devices or tags
+ * beyond max_entries are evicted instead of filling the map. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 10240);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
 	__type(key, u64);
 	__type(value, u64);
 } us_bio_start SEC(".maps");
@@ -74,10 +80,14 @@ static __always_inline u32 op_group(u32 cmd_flags)
 
 static __always_inline void on_issue(struct request *rq)
 {
-	u64 key = (u64)rq;
+	u64 key = (u64)rq, *start;
 	u64 now = bpf_ktime_get_ns();
 
-	bpf_map_update_elem(&us_bio_start, &key, &now, BPF_ANY);
+	start = bpf_map_lookup_elem(&us_bio_start, &key);
+	if (start)
+		*start = now;
+	else
+		bpf_map_update_elem(&us_bio_start, &key, &now, BPF_ANY);
 }
 
 static __always_inline void on_complete(struct request *rq, const bool direct)
@@ -89,10 +99,10 @@ static __always_inline void on_complete(struct request *rq, const bool direct)
 	u32 flags;
 
 	start = bpf_map_lookup_elem(&us_bio_start, &key);
-	if (!start)
+	if (!start || !*start)
 		return; /* issued before attach, or a later partial completion */
 	delta = bpf_ktime_get_ns() - *start;
-	bpf_map_delete_elem(&us_bio_start, &key);
+	*start = 0;
 	if ((s64)delta < 0)
 		return;
 	flags = direct ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
