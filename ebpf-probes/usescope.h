@@ -52,6 +52,26 @@ struct biolat_hist {
 	__u64 sum_ns;
 };
 
+/*
+ * softirq: per CPU, per vector (HI, TIMER, ... RCU: the rows of
+ * /proc/softirqs). Everything is per-CPU: a softirq is raised for, and
+ * runs on, the CPU that raised it, and does not nest on one CPU.
+ */
+#define SOFTIRQ_VECS 10
+
+struct softirq_counts {
+	/* handler runs (softirq_entry) and the time spent in them */
+	__u64 entries[SOFTIRQ_VECS];
+	__u64 time_ns[SOFTIRQ_VECS];
+	/* latency from the first raise to the handler's entry */
+	__u64 latency_slots[SOFTIRQ_VECS][LOG2_HIST_BUCKETS + 1];
+	__u64 latency_sum_ns[SOFTIRQ_VECS];
+	/* scratch of the kernel side, not exported: ktime of the running
+	 * handler's entry, and of the first raise not yet handled (0: none) */
+	__u64 entered_at[SOFTIRQ_VECS];
+	__u64 raised_at[SOFTIRQ_VECS];
+};
+
 /* cachestat: pages, not calls. */
 struct cachestat_counts {
 	__u64 accesses;

@@ -23,6 +23,7 @@ const PROBES: &[(&str, &str, &[&str])] = &[
     ("cachestat", "cachestat", &[]),
     ("drops", "drops", &[]),
     ("biolatency", "biolatency", &[]),
+    ("softirq", "softirq", &[]),
 ];
 
 fn main() {
@@ -74,10 +75,7 @@ fn compile_probes() {
         src_dir.join("usescope.h").display()
     );
     for header in ["vmlinux.h", "log2_hist.h"] {
-        println!(
-            "cargo:rerun-if-changed={}",
-            src_dir.join(header).display()
-        );
+        println!("cargo:rerun-if-changed={}", src_dir.join(header).display());
     }
     let clang = std::env::var("USESCOPE_CLANG").unwrap_or_else(|_| "clang".to_string());
     for (name, source, flags) in PROBES {

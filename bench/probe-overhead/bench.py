@@ -31,8 +31,10 @@ import time
 import urllib.request
 
 WORKLOADS = [
-    # name, probe, argv after the workload binary
+    # name, probe, argv after the workload binary[, extra usescope flags]
     ("runqlat: thread ping-pong (100k round trips)", "runqlat", ["pingpong", "100000"]),
+    ("runqlat, LRU hash start map: thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"], ["--probe.runqlat.start-map=lru-hash"]),
     ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
@@ -95,7 +97,8 @@ def main():
         f.flush()
         os.fsync(f.fileno())
     rows = []
-    for name, probe, argv in WORKLOADS:
+    for name, probe, argv, *extra in WORKLOADS:
+        flags = extra[0] if extra else []
         if only and probe not in only:
             continue
         argv = [a.format(file=path) for a in argv]
@@ -103,7 +106,7 @@ def main():
         timed(workload, argv)  # warm-up
         for _ in range(runs):
             off.append(timed(workload, argv))
-            proc, addr = start(usescope, probe, ["--probe.bpf-stats"])
+            proc, addr = start(usescope, probe, ["--probe.bpf-stats", *flags])
             try:
                 r0, s0 = scrape(addr, probe)
                 stats.append(timed(workload, argv))
@@ -112,7 +115,7 @@ def main():
                 stop(proc)
             events.append(r1 - r0)
             inside.append((s1 - s0) * 1e9 / max(r1 - r0, 1))
-            proc, _ = start(usescope, probe)
+            proc, _ = start(usescope, probe, flags)
             try:
                 on.append(timed(workload, argv))
             finally:

@@ -492,10 +492,10 @@ fn sigterm_detaches_every_program() {
     }
     let _g = serial();
     let mut args = ARGS.to_vec();
-    args.push("--probe.biolatency");
+    args.extend(["--probe.biolatency", "--probe.softirq"]);
     let d = Daemon::start(&args);
     let expo = d.scrape();
-    for p in ["runqlat", "cachestat", "drops", "biolatency"] {
+    for p in ["runqlat", "cachestat", "drops", "biolatency", "softirq"] {
         if !probe_up(&d, &expo, p) {
             return;
         }
@@ -503,8 +503,8 @@ fn sigterm_detaches_every_program() {
     let ours = prog_ids_of(d.child.id());
     assert_eq!(
         ours.len(),
-        9,
-        "3 runqlat + 3 cachestat + 1 drops + 2 biolatency programs: {ours:?}"
+        12,
+        "3 runqlat + 3 cachestat + 1 drops + 2 biolatency + 3 softirq programs: {ours:?}"
     );
     let names: Vec<(u32, String)> = loaded_programs()
         .into_iter()
@@ -522,11 +522,11 @@ fn sigterm_detaches_every_program() {
     maps.sort_unstable();
     maps.dedup();
     assert!(
-        maps.len() >= 7,
-        "hist/start maps of runqlat and biolatency, cachestat's, drops': {maps:?}"
+        maps.len() >= 8,
+        "hist/start maps of runqlat and biolatency, cachestat's, drops', softirq's: {maps:?}"
     );
     let links = fdinfo_ids(d.child.id(), "link_id");
-    assert_eq!(links.len(), 9, "one link per program: {links:?}");
+    assert_eq!(links.len(), 12, "one link per program: {links:?}");
     let status = d.stop();
     assert!(status.success(), "exit status {status:?}");
     // The kernel frees programs asynchronously (RCU, then a workqueue)
@@ -973,5 +973,96 @@ fn biolatency_counts_match_diskstats_on_a_loop_device() {
             "{op}: _sum rose by {sum} s, diskstats time by {disk_seconds} s"
         );
     }
+    assert!(d.stop().success());
+}
+
+/// /proc/softirqs as (vector, per-CPU counts).
+fn proc_softirqs() -> Vec<(String, Vec<f64>)> {
+    std::fs::read_to_string("/proc/softirqs")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (name, counts) = l.split_once(':')?;
+            let counts = counts
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect();
+            Some((name.trim().to_string(), counts))
+        })
+        .collect()
+}
+
+/// softirq against /proc/softirqs: per vector and CPU, the handler runs
+/// the probe counts over a window equal what the kernel's own counters
+/// count over a window that encloses it (within 1%; the outer window is a
+/// scrape longer). Loopback UDP traffic makes NET_RX busy.
+#[test]
+fn softirq_entries_match_proc_softirqs() {
+    if !can_run_bpf() {
+        return;
+    }
+    let _g = serial();
+    let mut args = ARGS.to_vec();
+    args.push("--probe.softirq");
+    let d = Daemon::start(&args);
+    let first = d.scrape();
+    if !probe_up(&d, &first, "softirq") {
+        return;
+    }
+    let proc0 = proc_softirqs();
+    let before = d.scrape();
+    let started = std::time::Instant::now();
+    udp_to_closed_port(20_000);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = d.scrape();
+    let elapsed = started.elapsed().as_secs_f64();
+    let proc1 = proc_softirqs();
+    let mut compared = 0;
+    let (mut total_ours, mut total_kernel) = (0.0, 0.0);
+    let mut seconds = 0.0;
+    for ((name, c0), (_, c1)) in proc0.iter().zip(&proc1) {
+        for cpu in 0..c0.len() {
+            let series = format!("{{cpu=\"{cpu}\",vector=\"{name}\"}}");
+            let entries = |e: &str| {
+                sample(e, &format!("usescope_softirq_entries_total{series}")).unwrap_or(0.0)
+            };
+            let ours = entries(&after) - entries(&before);
+            let kernel = c1[cpu] - c0[cpu];
+            seconds += sample(&after, &format!("usescope_softirq_seconds_total{series}"))
+                .unwrap_or(0.0)
+                - sample(&before, &format!("usescope_softirq_seconds_total{series}"))
+                    .unwrap_or(0.0);
+            total_ours += ours;
+            total_kernel += kernel;
+            if kernel < 20.0 {
+                continue;
+            }
+            eprintln!("softirq {name} cpu {cpu}: probe +{ours}, /proc/softirqs +{kernel}");
+            // The outer window is a scrape longer: a timer tick or an RCU
+            // callback may fall into it, hence the floor of 3.
+            assert!(
+                ours <= kernel && kernel - ours <= (kernel * 0.01).max(3.0),
+                "{name} cpu {cpu}: probe +{ours}, /proc/softirqs +{kernel}"
+            );
+            compared += 1;
+        }
+    }
+    assert!(
+        total_ours <= total_kernel && total_ours >= total_kernel * 0.99,
+        "all vectors: probe +{total_ours}, /proc/softirqs +{total_kernel}"
+    );
+    assert!(compared >= 2, "too few busy vectors to compare");
+    let cpus = proc0[0].1.len() as f64;
+    assert!(
+        seconds > 0.0 && seconds < elapsed * cpus,
+        "softirq time {seconds} s over {elapsed} s on {cpus} CPUs"
+    );
+    let net_rx = sample(
+        &after,
+        "usescope_softirq_latency_seconds_count{vector=\"NET_RX\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(net_rx > 0.0, "NET_RX raise-to-entry latencies measured");
     assert!(d.stop().success());
 }

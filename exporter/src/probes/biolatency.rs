@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 
 use super::layout::{BIOLAT_OP_NAMES, BIOLAT_SUM_WORD, BiolatHist, LOG2_HIST_BUCKETS};
-use super::log2_hist::{self, Slots};
 use super::loader::{self, Kind, Mode, ProbeError};
+use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuHash;
 use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
@@ -119,8 +119,14 @@ impl BiolatencyCollector {
         if self.names.contains_key(&dev) {
             return;
         }
-        let path = self.sysfs.join(format!("dev/block/{}/uevent", major_minor(dev)));
-        if let Some(n) = std::fs::read_to_string(&path).ok().as_deref().and_then(devname) {
+        let path = self
+            .sysfs
+            .join(format!("dev/block/{}/uevent", major_minor(dev)));
+        if let Some(n) = std::fs::read_to_string(&path)
+            .ok()
+            .as_deref()
+            .and_then(devname)
+        {
             self.names.insert(dev, n.to_string());
         }
     }
@@ -145,7 +151,8 @@ impl Collector for BiolatencyCollector {
             }
             self.series.push((dev, op, slots, sum_ns));
         }
-        self.series.sort_unstable_by_key(|&(dev, op, _, _)| (dev, op));
+        self.series
+            .sort_unstable_by_key(|&(dev, op, _, _)| (dev, op));
         for i in 0..self.series.len() {
             self.learn_name(self.series[i].0);
         }

@@ -35,6 +35,18 @@ pub struct BiolatHist {
     pub sum_ns: u64,
 }
 
+pub const SOFTIRQ_VECS: usize = 10;
+
+#[repr(C)]
+pub struct SoftirqCounts {
+    pub entries: [u64; SOFTIRQ_VECS],
+    pub time_ns: [u64; SOFTIRQ_VECS],
+    pub latency_slots: [[u64; LOG2_HIST_BUCKETS + 1]; SOFTIRQ_VECS],
+    pub latency_sum_ns: [u64; SOFTIRQ_VECS],
+    pub entered_at: [u64; SOFTIRQ_VECS],
+    pub raised_at: [u64; SOFTIRQ_VECS],
+}
+
 #[repr(C)]
 pub struct CachestatCounts {
     pub accesses: u64,
@@ -64,6 +76,10 @@ pub const fn word(byte_offset: usize) -> usize {
 
 pub const RUNQLAT_SUM_WORD: usize = word(offset_of!(RunqlatHist, sum_ns));
 pub const RUNQLAT_MISSED_WORD: usize = word(offset_of!(RunqlatHist, missed));
+pub const SOFTIRQ_ENTRIES_WORD: usize = word(offset_of!(SoftirqCounts, entries));
+pub const SOFTIRQ_TIME_WORD: usize = word(offset_of!(SoftirqCounts, time_ns));
+pub const SOFTIRQ_LATENCY_SLOTS_WORD: usize = word(offset_of!(SoftirqCounts, latency_slots));
+pub const SOFTIRQ_LATENCY_SUM_WORD: usize = word(offset_of!(SoftirqCounts, latency_sum_ns));
 pub const BIOLAT_SUM_WORD: usize = word(offset_of!(BiolatHist, sum_ns));
 pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
 pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
@@ -104,9 +120,13 @@ mod tests {
         assert_eq!(define("LOG2_HIST_BUCKETS"), LOG2_HIST_BUCKETS);
         assert_eq!(define("LOG2_HIST_OVERFLOW"), LOG2_HIST_OVERFLOW);
         for (i, name) in BIOLAT_OP_NAMES.iter().enumerate() {
-            assert_eq!(define(&format!("BIOLAT_OP_{}", name.to_ascii_uppercase())), i);
+            assert_eq!(
+                define(&format!("BIOLAT_OP_{}", name.to_ascii_uppercase())),
+                i
+            );
         }
         assert_eq!(define("BIOLAT_OPS"), BIOLAT_OP_NAMES.len());
+        assert_eq!(define("SOFTIRQ_VECS"), SOFTIRQ_VECS);
         assert_eq!(define("DROPS_CORE_SLOTS"), DROPS_CORE_SLOTS);
         assert_eq!(define("DROPS_SUBSYS_SHIFT"), DROPS_SUBSYS_SHIFT as usize);
         assert_eq!(define("DROPS_SUBSYS_MAX"), DROPS_SUBSYS_MAX);
@@ -126,6 +146,43 @@ mod tests {
         assert_eq!(size_of::<RunqlatHist>(), (LOG2_HIST_BUCKETS + 1 + 2) * 8);
         assert_eq!(size_of::<BiolatHist>(), (LOG2_HIST_BUCKETS + 1 + 1) * 8);
         assert_eq!(size_of::<BiolatKey>(), 8);
+        assert_eq!(
+            size_of::<SoftirqCounts>(),
+            SOFTIRQ_VECS * (LOG2_HIST_BUCKETS + 1 + 5) * 8
+        );
+        assert_eq!(
+            (
+                SOFTIRQ_ENTRIES_WORD,
+                SOFTIRQ_TIME_WORD,
+                SOFTIRQ_LATENCY_SLOTS_WORD,
+                SOFTIRQ_LATENCY_SUM_WORD
+            ),
+            (
+                0,
+                SOFTIRQ_VECS,
+                2 * SOFTIRQ_VECS,
+                (LOG2_HIST_BUCKETS + 3) * SOFTIRQ_VECS
+            )
+        );
+        let si = HEADER.split("struct softirq_counts {").nth(1).unwrap();
+        let fields: Vec<&str> = si
+            .split("};")
+            .next()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("__u64 "))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "entries[SOFTIRQ_VECS];",
+                "time_ns[SOFTIRQ_VECS];",
+                "latency_slots[SOFTIRQ_VECS][LOG2_HIST_BUCKETS + 1];",
+                "latency_sum_ns[SOFTIRQ_VECS];",
+                "entered_at[SOFTIRQ_VECS];",
+                "raised_at[SOFTIRQ_VECS];"
+            ]
+        );
         assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
         assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);

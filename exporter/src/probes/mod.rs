@@ -1,5 +1,5 @@
 //! eBPF probes (run-queue latency, page cache, packet drops, block I/O
-//! latency), loaded with aya. Each probe becomes a
+//! latency, softirqs), loaded with aya. Each probe becomes a
 //! [`crate::collector::Collector`] that reads its per-CPU map at scrape
 //! time.
 //!
@@ -18,7 +18,7 @@
 //! - [`fd_passing`]: one message of bytes plus fds (SCM_RIGHTS);
 //! - [`loader`]: the embedded objects and run-time hook selection;
 //! - one module per probe ([`runqlat`], [`cachestat`], [`drops`],
-//!   [`biolatency`]): its modes (program, tracepoint), its loading and its
+//!   [`biolatency`], [`softirq`]): its modes (program, tracepoint), its loading and its
 //!   collector;
 //! - [`log2_hist`]: the latency buckets runqlat and biolatency share;
 //! - [`status`]: `usescope_probe_up`/`_info` and per-program BPF statistics;
@@ -39,6 +39,7 @@ pub mod loader_process;
 pub mod log2_hist;
 pub mod percpu;
 pub mod runqlat;
+pub mod softirq;
 pub mod status;
 pub mod sys;
 
@@ -112,6 +113,16 @@ pub const ALL: &[ProbeSpec] = &[
         map: biolatency::MAP,
         load: biolatency::load,
         build: biolatency::collector,
+    },
+    ProbeSpec {
+        name: "softirq",
+        help: "Softirq time and entries per CPU and vector, raise-to-entry latency histogram (softirq tracepoints); off by default: three program runs per softirq",
+        default_enabled: false,
+        collector: softirq::COLLECTOR,
+        modes: softirq::MODES,
+        map: softirq::MAP,
+        load: softirq::load,
+        build: softirq::collector,
     },
 ];
 
@@ -352,12 +363,13 @@ mod tests {
         let c = crate::cli::parse([
             "usescope",
             "--probe.biolatency",
+            "--probe.softirq",
             "--probe.runqlat.start-map=lru-hash",
         ])
         .unwrap();
         assert_eq!(
             c.probes.enabled,
-            ["runqlat", "cachestat", "drops", "biolatency"]
+            ["runqlat", "cachestat", "drops", "biolatency", "softirq"]
         );
         assert!(c.probes.runqlat_lru_start_map);
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.start-map=hash"]).is_err());

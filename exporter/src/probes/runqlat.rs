@@ -11,8 +11,8 @@
 //! `usescope_probe_info{probe="runqlat",mode="tp_btf+task_storage"}`.
 
 use super::layout::{LOG2_HIST_BUCKETS, RUNQLAT_MISSED_WORD, RUNQLAT_SUM_WORD, RunqlatHist};
-use super::log2_hist::{self, Slots};
 use super::loader::{self, Kind, Mode, ProbeError};
+use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
@@ -82,9 +82,10 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     }
     // aya 0.14 creates the task-storage map like any other but has no
     // wrapper type for it; without this it would refuse the object.
-    let task_storage = loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, TASK_STORAGE_MODES, |l| {
-        l.allow_unsupported_maps();
-    });
+    let task_storage =
+        loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, TASK_STORAGE_MODES, |l| {
+            l.allow_unsupported_maps();
+        });
     match task_storage {
         Ok(loaded) => Ok(loaded),
         Err(task_storage) => {
