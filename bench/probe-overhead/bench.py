@@ -39,10 +39,11 @@ WORKLOADS = [
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
     ("biolatency: 20k O_DIRECT 4 KiB reads", "biolatency", ["direct", "{file}", "20000"]),
+    ("softirq: UDP to a closed port (200k datagrams, one NET_RX each)", "softirq", ["udp", "200000"]),
 ]
-PROBES = ["runqlat", "cachestat", "drops", "biolatency"]
+PROBES = ["runqlat", "cachestat", "drops", "biolatency", "softirq"]
 # Probes that are off unless asked for.
-OPT_IN = {"biolatency"}
+OPT_IN = {"biolatency", "softirq"}
 
 
 def start(usescope, probe, extra=()):
