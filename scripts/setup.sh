@@ -15,6 +15,7 @@ packages=(
   systemd                         # systemd-analyze verify of the unit file
   wrk                             # the load test
   python3-fusepy                  # tests/tools/hangfs.py: a real hung FUSE mount (libfuse2)
+  mount                           # losetup: the loop device of the biolatency test (tests/probes.rs)
 )
 missing=()
 for p in "${packages[@]}"; do
