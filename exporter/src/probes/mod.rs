@@ -69,8 +69,12 @@ pub struct ProbeSpec {
     /// In the daemon: the collector over the handed-over map's fd, with
     /// the names the loader resolved (drop reasons; empty for other
     /// probes), or why the map is not what the probe expects.
-    pub build: fn(OwnedFd, Vec<String>, &ProbeSettings) -> Result<Box<dyn Collector>, String>,
+    pub build: BuildCollector,
 }
+
+/// A probe's collector constructor (see [`ProbeSpec::build`]).
+pub type BuildCollector =
+    fn(OwnedFd, Vec<String>, &ProbeSettings) -> Result<Box<dyn Collector>, String>;
 
 /// Every probe, toggled by `--[no-]probe.NAME`.
 pub const ALL: &[ProbeSpec] = &[
