@@ -10,8 +10,10 @@
  *   kernel frees the slot with the task, so PID churn costs nothing. Needs
  *   BTF-typed task pointers, so only the tp_btf programs exist here.
  * - runqlat_lru.bpf.o (-DRUNQLAT_START_LRU): a bounded LRU hash keyed by
- *   pid, for kernels that refuse task storage or tracing programs. Under
- *   churn it evicts, and evicted starts are counted as missed. Both tp_btf
+ *   pid, for kernels that refuse task storage or tracing programs. It
+ *   costs more per event, holds exited pids until they are evicted, and
+ *   when runnable tasks outnumber its entries, evicted starts are counted
+ *   as missed. Both tp_btf
  *   and raw_tp copies of the handlers (raw_tp reads every field through
  *   bpf_probe_read_kernel; the `direct` flag is a compile-time constant in
  *   each copy, so the other branch is compiled out).

@@ -110,7 +110,7 @@ pub const ALL: &[ProbeSpec] = &[
     },
     ProbeSpec {
         name: "biolatency",
-        help: "Block I/O latency histogram per disk and op (block_rq_issue/complete tracepoints); off by default: a hash update per I/O",
+        help: "Block I/O latency histogram per disk and op (block_rq_issue/complete tracepoints); off by default: two program runs with hash lookups per I/O",
         default_enabled: false,
         collector: biolatency::COLLECTOR,
         modes: biolatency::MODES,
