@@ -428,24 +428,6 @@ fn runqlat_misses_nothing_under_process_churn() {
     assert!(d.stop().success());
 }
 
-/// BPF program ids held by a process, from its fds' fdinfo.
-fn prog_ids_of(pid: u32) -> Vec<u32> {
-    let mut ids = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
-        let Ok(text) = std::fs::read_to_string(e.unwrap().path()) else {
-            continue;
-        };
-        ids.extend(
-            text.lines()
-                .filter_map(|l| l.strip_prefix("prog_id:"))
-                .filter_map(|v| v.trim().parse::<u32>().ok()),
-        );
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
 /// (id, name) of every BPF program loaded on the host.
 fn loaded_programs() -> Vec<(u32, String)> {
     aya::programs::loaded_programs()
@@ -502,7 +484,7 @@ fn sigterm_detaches_every_program() {
             return;
         }
     }
-    let ours = prog_ids_of(d.child.id());
+    let ours = fdinfo_ids(d.child.id(), "prog_id");
     assert_eq!(
         ours.len(),
         12,

@@ -105,6 +105,21 @@ mod tests {
         eval(line.trim().trim_start_matches('(').trim_end_matches(')'))
     }
 
+    /// The fields of `struct NAME` in the header whose type is `ty`, in
+    /// declaration order (every field of these structs has one type).
+    fn fields_of(name: &str, ty: &str) -> Vec<&'static str> {
+        HEADER
+            .split(&format!("struct {name} {{"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no struct {name} in usescope.h"))
+            .split("};")
+            .next()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(ty)?.strip_prefix(' '))
+            .collect()
+    }
+
     fn eval(expr: &str) -> usize {
         if let Some((a, b)) = expr.split_once(" + ") {
             return eval(a) + eval(b);
@@ -164,16 +179,8 @@ mod tests {
                 (LOG2_HIST_BUCKETS + 3) * SOFTIRQ_VECS
             )
         );
-        let si = HEADER.split("struct softirq_counts {").nth(1).unwrap();
-        let fields: Vec<&str> = si
-            .split("};")
-            .next()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("__u64 "))
-            .collect();
         assert_eq!(
-            fields,
+            fields_of("softirq_counts", "__u64"),
             [
                 "entries[SOFTIRQ_VECS];",
                 "time_ns[SOFTIRQ_VECS];",
@@ -199,44 +206,18 @@ mod tests {
         // Per-CPU map values are limited to 32 KiB by the kernel.
         assert!(size_of::<DropsCounts>() <= 32 * 1024);
         // The field order in the header is the order mirrored here.
-        let hist = HEADER.split("struct runqlat_hist {").nth(1).unwrap();
-        let fields: Vec<&str> = hist
-            .split("};")
-            .next()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("__u64 "))
-            .collect();
         assert_eq!(
-            fields,
+            fields_of("runqlat_hist", "__u64"),
             ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;", "missed;"]
         );
-        let bh = HEADER.split("struct biolat_hist {").nth(1).unwrap();
-        let fields: Vec<&str> = bh
-            .split("};")
-            .next()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("__u64 "))
-            .collect();
-        assert_eq!(fields, ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;"]);
-        let bk = HEADER.split("struct biolat_key {").nth(1).unwrap();
-        let fields: Vec<&str> = bk
-            .split("};")
-            .next()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("__u32 "))
-            .collect();
-        assert_eq!(fields, ["dev;", "op;"]);
-        let cs = HEADER.split("struct cachestat_counts {").nth(1).unwrap();
-        let fields: Vec<&str> = cs
-            .split("};")
-            .next()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("__u64 "))
-            .collect();
-        assert_eq!(fields, ["accesses;", "misses;", "dirtied;"]);
+        assert_eq!(
+            fields_of("biolat_hist", "__u64"),
+            ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;"]
+        );
+        assert_eq!(fields_of("biolat_key", "__u32"), ["dev;", "op;"]);
+        assert_eq!(
+            fields_of("cachestat_counts", "__u64"),
+            ["accesses;", "misses;", "dirtied;"]
+        );
     }
 }

@@ -11,7 +11,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use aya::maps::{MapData, MapType};
+use aya::maps::{MapData, MapInfo, MapType};
 
 use super::sys;
 
@@ -23,18 +23,12 @@ pub struct PerCpuStruct {
 }
 
 impl PerCpuStruct {
-    /// Wraps the map behind `fd` (handed over by the probe loader), after
-    /// checking with the kernel that it is a per-CPU array whose value is
-    /// exactly `value_size` bytes (the Rust mirror's `size_of`).
+    /// Wraps the map behind `fd` (handed over by the probe loader), a
+    /// per-CPU array whose value is `value_size` bytes (checked).
     pub fn from_fd(name: &str, fd: OwnedFd, value_size: usize) -> Result<PerCpuStruct, String> {
-        let map = MapData::from_fd(fd).map_err(|e| format!("map {name}: {e}"))?;
-        let info = map
-            .info()
-            .map_err(|e| format!("map {name}: reading map info: {e}"))?;
-        if !matches!(info.map_type(), Ok(MapType::PerCpuArray)) || info.max_entries() < 1 {
-            return Err(format!("map {name} is not a per-CPU array"));
-        }
-        check_value_size(name, info.value_size(), value_size)?;
+        let map = open_checked(name, fd, value_size, "a per-CPU array", |info| {
+            matches!(info.map_type(), Ok(MapType::PerCpuArray)) && info.max_entries() >= 1
+        })?;
         let cpus = possible_cpus()?;
         let words = value_size / 8;
         Ok(PerCpuStruct {
@@ -65,14 +59,31 @@ impl PerCpuStruct {
     }
 }
 
-fn check_value_size(name: &str, kernel: u32, expected: usize) -> Result<(), String> {
-    if kernel as usize != expected || !expected.is_multiple_of(8) {
+/// The map behind `fd` (handed over by the probe loader), after checking
+/// with the kernel that it is `kind` and that its value is exactly
+/// `value_size` bytes (the Rust mirror's `size_of`).
+fn open_checked(
+    name: &str,
+    fd: OwnedFd,
+    value_size: usize,
+    kind: &str,
+    is_kind: impl FnOnce(&MapInfo) -> bool,
+) -> Result<MapData, String> {
+    let map = MapData::from_fd(fd).map_err(|e| format!("map {name}: {e}"))?;
+    let info = map
+        .info()
+        .map_err(|e| format!("map {name}: reading map info: {e}"))?;
+    if !is_kind(&info) {
+        return Err(format!("map {name} is not {kind}"));
+    }
+    let kernel = info.value_size();
+    if kernel as usize != value_size || !value_size.is_multiple_of(8) {
         return Err(format!(
-            "map {name}: kernel value size {kernel} != {expected} expected by usescope \
+            "map {name}: kernel value size {kernel} != {value_size} expected by usescope \
              (ebpf-probes/usescope.h and probes/layout.rs disagree)"
         ));
     }
-    Ok(())
+    Ok(map)
 }
 
 fn possible_cpus() -> Result<usize, String> {
@@ -94,14 +105,10 @@ impl PerCpuHash {
     /// Wraps the map behind `fd` after checking with the kernel that it is
     /// a per-CPU hash with 8-byte keys and `value_size`-byte values.
     pub fn from_fd(name: &str, fd: OwnedFd, value_size: usize) -> Result<PerCpuHash, String> {
-        let map = MapData::from_fd(fd).map_err(|e| format!("map {name}: {e}"))?;
-        let info = map
-            .info()
-            .map_err(|e| format!("map {name}: reading map info: {e}"))?;
-        if !matches!(info.map_type(), Ok(MapType::PerCpuHash)) || info.key_size() != 8 {
-            return Err(format!("map {name} is not a per-CPU hash with 8-byte keys"));
-        }
-        check_value_size(name, info.value_size(), value_size)?;
+        let kind = "a per-CPU hash with 8-byte keys";
+        let map = open_checked(name, fd, value_size, kind, |info| {
+            matches!(info.map_type(), Ok(MapType::PerCpuHash)) && info.key_size() == 8
+        })?;
         Ok(PerCpuHash {
             map,
             words: value_size / 8,
