@@ -1,8 +1,10 @@
 # usescope container image.
 #   docker build -t usescope .
-# Multi-stage: the Rust toolchain, clang and libbpf headers (which compile
-# the embedded eBPF programs in build.rs) stay in the builder; the runtime
-# image holds one binary on debian:bookworm-slim.
+# Two stages: the Rust toolchain, clang and the libbpf headers (which
+# compile the embedded eBPF programs in build.rs) stay in the build stage;
+# the runtime image is `FROM scratch` with one binary, the four shared
+# libraries it links and two lines of passwd (deploy/container/make-rootfs.sh).
+# How to run it, and the capabilities to give it: docs/containers.md.
 
 FROM rust:1.95-bookworm AS build
 # clang/llvm compile ebpf-probes/*.bpf.c to BPF objects; libbpf-dev provides
@@ -19,28 +21,27 @@ COPY exporter exporter
 COPY ebpf-probes ebpf-probes
 COPY bench bench
 RUN cargo build --release --locked -p usescope \
- && strip target/release/usescope
+ && install -D -m 0755 target/release/usescope /out/usescope \
+ && strip /out/usescope
+COPY deploy/container/make-rootfs.sh /usr/local/bin/make-rootfs.sh
+RUN make-rootfs.sh /out/usescope /rootfs
 
-FROM debian:bookworm-slim
-COPY --from=build /src/target/release/usescope /usr/local/bin/usescope
-# Non-root with file capabilities: Docker and Kubernetes give a non-root
-# process no capabilities except through the binary's file capabilities, so
-# the binary carries exactly the start-up set (docs/deployment.md):
-#   cap_bpf, cap_perfmon  load and attach the probes
-#   cap_sys_admin         --probe.bpf-stats only (BPF_ENABLE_STATS, usescope_bpf_program_*)
-#   cap_setpcap           empty the bounding set before dropping everything
-# "+ep": permitted and effective from exec, because usescope does not raise
-# capabilities itself.
-# The runtime must still allow them (cap_add), and must NOT set
-# no-new-privileges, which disables file capabilities; usescope sets
-# no_new_privs itself as soon as its probes are attached and its
-# capabilities are dropped (CapEff 0 afterwards).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends libcap2-bin \
- && setcap cap_bpf,cap_perfmon,cap_sys_admin,cap_setpcap+ep /usr/local/bin/usescope \
- && apt-get purge -y libcap2-bin && apt-get autoremove -y \
- && rm -rf /var/lib/apt/lists/*
-USER 65534:65534
+# The runtime stage. tests/container/run.sh builds everything from the next
+# line to the end of this file as it is, on a build stage of its own that
+# runs the same make-rootfs.sh on a binary built on the host.
+FROM scratch AS runtime
+COPY --from=build /rootfs/ /
+# No file capabilities: a binary with effective file capabilities cannot
+# even be executed unless the container's bounding set holds all of them.
+# Instead usescope starts as uid 0 with exactly the capabilities the
+# container configuration grants (cap_drop ALL plus cap_add), loads and
+# attaches its probes, then switches to uid 65534 and drops every
+# capability, with no_new_privs, on every thread. With no capabilities at
+# all it still starts and serves the /proc metrics, with
+# usescope_probe_up 0 and the reason in its log.
+USER 0:0
 EXPOSE 9200
-ENTRYPOINT ["/usr/local/bin/usescope"]
+# SIGTERM (docker stop) detaches the probes and exits 0.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/usescope", "--runtime.user=65534"]
 CMD ["--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--path.rootfs=/host/root", "--web.listen-address=:9200"]

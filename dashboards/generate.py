@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates usescope's Grafana dashboards (stdlib only).
+"""Generates usescope's Grafana dashboards with grafana-foundation-sdk.
 
     dashboards/generate.py            # rewrite dashboards/*.json
     dashboards/generate.py --check    # exit 1 if a checked-in file is stale
@@ -8,16 +8,69 @@ One script keeps the three dashboards consistent: the same template
 variables (datasource, job, instance), the same links between them, stable
 uids, a unit and a "what bad looks like" description on every panel.
 Every query selects `{job="$job", instance="$instance"}` through SEL.
+
+The panels are built with Grafana's own builder library,
+grafana-foundation-sdk, at the version pinned in requirements.txt (its
+Grafana 10.4 schema, the Grafana of docker-compose.yml). scripts/setup.sh
+installs it into a virtual environment of its own; run with another Python,
+this script re-runs itself with that one.
 """
 
 import json
+import os
 import sys
+from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCHEMA_VERSION = 39
+VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "usescope" / "dashboards-venv"
+
+
+def pinned_sdk():
+    """The `grafana-foundation-sdk==VERSION` line of requirements.txt."""
+    for line in (HERE / "requirements.txt").read_text().splitlines():
+        if line.startswith("grafana-foundation-sdk=="):
+            return line.split("==", 1)[1].strip()
+    sys.exit(f"{HERE / 'requirements.txt'}: no grafana-foundation-sdk==VERSION line")
+
+
+def ensure_sdk():
+    """Continues only under a Python that has the pinned SDK: the JSON
+    depends on its version, so --check must not pass or fail by accident."""
+    want = pinned_sdk()
+    try:
+        have = metadata.version("grafana-foundation-sdk")
+    except metadata.PackageNotFoundError:
+        have = None
+    if have == want:
+        return
+    venv_python = VENV / "bin" / "python3"
+    if venv_python.exists() and not os.environ.get("USESCOPE_DASHBOARDS_REEXEC"):
+        os.environ["USESCOPE_DASHBOARDS_REEXEC"] = "1"
+        os.execv(venv_python, [str(venv_python), __file__, *sys.argv[1:]])
+    sys.exit(
+        f"generate.py: needs grafana-foundation-sdk=={want} (found {have or 'none'} under {sys.executable}); "
+        f"scripts/setup.sh installs it into {VENV}"
+    )
+
+
+ensure_sdk()
+
+from grafana_foundation_sdk.builders import common as cb  # noqa: E402
+from grafana_foundation_sdk.builders import dashboard as db  # noqa: E402
+from grafana_foundation_sdk.builders import heatmap as hm  # noqa: E402
+from grafana_foundation_sdk.builders import prometheus as pq  # noqa: E402
+from grafana_foundation_sdk.builders import stat as st  # noqa: E402
+from grafana_foundation_sdk.builders import table as tb  # noqa: E402
+from grafana_foundation_sdk.builders import timeseries as ts  # noqa: E402
+from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
+from grafana_foundation_sdk.models import common as cm  # noqa: E402
+from grafana_foundation_sdk.models import dashboard as dm  # noqa: E402
+from grafana_foundation_sdk.models import heatmap as hmm  # noqa: E402
+from grafana_foundation_sdk.models import prometheus as pm  # noqa: E402
+
 SEL = 'job="$job", instance="$instance"'
-DS = {"type": "prometheus", "uid": "${datasource}"}
+DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 RI = "$__rate_interval"
 
 UIDS = {
@@ -28,15 +81,15 @@ UIDS = {
 
 
 def target(expr, legend="", ref="A", fmt="time_series", instant=False):
-    return {
-        "datasource": DS,
-        "expr": expr,
-        "legendFormat": legend or "__auto",
-        "refId": ref,
-        "format": fmt,
-        "range": not instant,
-        "instant": instant,
-    }
+    q = (
+        pq.Dataquery()
+        .datasource(DS)
+        .expr(expr)
+        .legend_format(legend or "__auto")
+        .ref_id(ref)
+        .format(pm.PromQueryFormat(fmt))
+    )
+    return q.instant() if instant else q.range()
 
 
 def runq_quantile(q, by="", sel=SEL):
@@ -53,10 +106,12 @@ def targets(*pairs, fmt="time_series", instant=False):
 
 
 class Layout:
-    """Places panels left to right on Grafana's 24-column grid."""
+    """Places panels left to right on Grafana's 24-column grid, starting a
+    new line when a panel does not fit (the SDK's own placement only wraps
+    after a line is full, and would let a panel overhang the grid)."""
 
     def __init__(self):
-        self.panels = []
+        self.items = []  # ("row" | "panel", builder)
         self.x = 0
         self.y = 0
         self.row_h = 0
@@ -69,16 +124,8 @@ class Layout:
 
     def row(self, title):
         self.newline()
-        self.panels.append(
-            {
-                "type": "row",
-                "id": self._id(),
-                "title": title,
-                "collapsed": False,
-                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
-                "panels": [],
-            }
-        )
+        row = db.Row(title).id(self._id()).grid_pos(dm.GridPos(h=1, w=24, x=0, y=self.y))
+        self.items.append(("row", row))
         self.y += 1
 
     def newline(self):
@@ -90,229 +137,210 @@ class Layout:
     def add(self, panel, w, h):
         if self.x + w > 24:
             self.newline()
-        panel["id"] = self._id()
-        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
-        self.panels.append(panel)
+        panel.id(self._id()).grid_pos(dm.GridPos(h=h, w=w, x=self.x, y=self.y))
+        self.items.append(("panel", panel))
         self.x += w
         self.row_h = max(self.row_h, h)
 
 
-def thresholds(*steps):
-    """steps: (value, colour) pairs after the green base."""
-    out = [{"color": "green", "value": None}]
-    out += [{"color": c, "value": v} for v, c in steps]
-    return {"mode": "absolute", "steps": out}
+def thresholds(*steps, base="green"):
+    """steps: (value, colour) pairs after the base colour."""
+    out = [dm.Threshold(value=None, color=base)]
+    out += [dm.Threshold(value=v, color=c) for v, c in steps]
+    return db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(out)
 
 
 def low_is_bad(orange, green):
     """Thresholds for a value that is bad when small (free pages, hit ratio)."""
-    return {
-        "mode": "absolute",
-        "steps": [
-            {"color": "red", "value": None},
-            {"color": "orange", "value": orange},
-            {"color": "green", "value": green},
-        ],
-    }
+    return thresholds((orange, "orange"), (green, "green"), base="red")
 
 
 def timeseries(title, description, unit, tgts, stack=False, minimum=None, maximum=None, thr=None):
-    defaults = {
-        "unit": unit,
-        "custom": {
-            "drawStyle": "line",
-            "lineWidth": 1,
-            "fillOpacity": 20 if stack else 5,
-            "showPoints": "never",
-            "spanNulls": False,
-            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
-        },
-    }
+    p = (
+        ts.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .draw_style(cm.GraphDrawStyle.LINE)
+        .line_width(1)
+        .fill_opacity(20 if stack else 5)
+        .show_points(cm.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL if stack else cm.StackingMode.NONE).group("A"))
+        .legend(cb.VizLegendOptions()
+                .display_mode(cm.LegendDisplayMode.LIST)
+                .placement(cm.LegendPlacement.BOTTOM)
+                .show_legend(True))
+        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
+        .targets(tgts)
+    )
     if minimum is not None:
-        defaults["min"] = minimum
+        p.min(minimum)
     if maximum is not None:
-        defaults["max"] = maximum
+        p.max(maximum)
     if thr:
-        defaults["thresholds"] = thr
-        defaults["custom"]["thresholdsStyle"] = {"mode": "dashed"}
-    return {
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-        "targets": tgts,
-    }
+        p.thresholds(thr).thresholds_style(
+            cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED))
+    return p
 
 
 def stat(title, description, unit, expr, thr, legend="", decimals=None, mappings=None):
-    defaults = {"unit": unit, "thresholds": thr, "color": {"mode": "thresholds"}}
+    p = (
+        st.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .thresholds(thr)
+        .color_scheme(db.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+        .color_mode(cm.BigValueColorMode.BACKGROUND)
+        .graph_mode(cm.BigValueGraphMode.AREA)
+        .justify_mode(cm.BigValueJustifyMode.AUTO)
+        .text_mode(cm.BigValueTextMode.AUTO)
+        .targets([target(expr, legend)])
+    )
     if decimals is not None:
-        defaults["decimals"] = decimals
-    if mappings:
-        defaults["mappings"] = mappings
-    return {
-        "type": "stat",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "background",
-            "graphMode": "area",
-            "justifyMode": "auto",
-            "textMode": "auto",
-        },
-        "targets": [target(expr, legend)],
-    }
+        p.decimals(decimals)
+    if mappings:  # {value: text}
+        p.mappings([
+            dm.ValueMap(options={value: dm.ValueMappingResult(text=text) for value, text in mappings.items()})
+        ])
+    return p
 
 
 def heatmap(title, description, unit, tgt, from_buckets):
-    return {
-        "type": "heatmap",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-        "options": {
-            "calculate": False,
-            "cellGap": 1,
-            "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential", "exponent": 0.5},
-            "yAxis": {"axisPlacement": "left", "unit": unit if from_buckets else "short"},
-            "rowsFrame": {"layout": "auto"},
-            "tooltip": {"show": True, "yHistogram": from_buckets},
-            "legend": {"show": True},
-        },
-        "targets": [tgt],
-    }
+    p = (
+        hm.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .calculate(False)
+        .cell_gap(1)
+        .color(hm.HeatmapColorOptions()
+               .mode(hmm.HeatmapColorMode.SCHEME)
+               .scheme("Oranges")
+               .scale(hmm.HeatmapColorScale.EXPONENTIAL)
+               .exponent(0.5)
+               .steps(64))  # Grafana's default; the SDK's 0 would leave no colours
+        .y_axis(hm.YAxisConfig().axis_placement(cm.AxisPlacement.LEFT).unit(unit if from_buckets else "short"))
+        .rows_frame(hm.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.AUTO))
+        .mode(cm.TooltipDisplayMode.SINGLE)
+        .show_legend()
+        .targets([tgt])
+    )
+    # The tooltip's histogram of the y-axis only makes sense for buckets.
+    return p.show_y_histogram() if from_buckets else p.hide_y_histogram()
 
 
 def table(title, description, unit, expr):
-    return {
-        "type": "table",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-        "options": {"showHeader": True},
-        "transformations": [
-            {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}}}
-        ],
-        "targets": [target(expr, fmt="table", instant=True)],
-    }
+    return (
+        tb.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .show_header(True)
+        .with_transformation(dm.DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True, "Value": True, "__name__": True}},
+        ))
+        .targets([target(expr, fmt="table", instant=True)])
+    )
 
 
-def templating():
-    return {
-        "list": [
-            {
-                "name": "datasource",
-                "label": "Data source",
-                "type": "datasource",
-                "query": "prometheus",
-                "current": {},
-                "hide": 0,
-                "refresh": 1,
-                "regex": "",
-            },
-            {
-                "name": "job",
-                "label": "Job",
-                "type": "query",
-                "datasource": DS,
-                "query": {"query": "label_values(node_scrape_collector_success, job)", "refId": "job"},
-                "definition": "label_values(node_scrape_collector_success, job)",
-                "current": {},
-                "refresh": 2,
-                "sort": 1,
-                "hide": 0,
-                "includeAll": False,
-                "multi": False,
-            },
-            {
-                "name": "instance",
-                "label": "Instance",
-                "type": "query",
-                "datasource": DS,
-                "query": {
-                    "query": 'label_values(node_scrape_collector_success{job="$job"}, instance)',
-                    "refId": "instance",
-                },
-                "definition": 'label_values(node_scrape_collector_success{job="$job"}, instance)',
-                "current": {},
-                "refresh": 2,
-                "sort": 1,
-                "hide": 0,
-                "includeAll": False,
-                "multi": False,
-            },
-        ]
-    }
+def label_values(name, label, query):
+    """A template variable whose values are a label of the exporter's series."""
+    return (
+        db.QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query({"query": query, "refId": name})
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .include_all(False)
+        .multi(False)
+    )
+
+
+def variables():
+    return [
+        db.DatasourceVariable("datasource").label("Data source").type("prometheus").regex(""),
+        label_values("job", "Job", "label_values(node_scrape_collector_success, job)"),
+        label_values("instance", "Instance", 'label_values(node_scrape_collector_success{job="$job"}, instance)'),
+    ]
+
+
+def annotations():
+    return [
+        db.AnnotationQuery()
+        .name("Annotations & Alerts")
+        .built_in(1)
+        .datasource(dm.DataSourceRef(type_val="grafana", uid="-- Grafana --"))
+        .enable(True)
+        .hide(True)
+        .icon_color("rgba(0, 211, 255, 1)")
+        .type("dashboard"),
+        db.AnnotationQuery()
+        .name("Firing alerts")
+        .datasource(DS)
+        .enable(True)
+        .icon_color("red")
+        .expr('ALERTS{alertstate="firing", instance="$instance"}'),
+    ]
+
+
+# Prometheus annotation fields the SDK's AnnotationQuery has no setter for
+# (its schema is the datasource-neutral one): without them the annotation
+# would be titled by its series name and carry no tags.
+PROMETHEUS_ANNOTATION_FIELDS = {
+    "step": "60s",
+    "tagKeys": "alertname,severity",
+    "titleFormat": "{{alertname}}",
+    "useValueForTime": False,
+}
 
 
 def dashboard(key, title, description, layout):
-    return {
-        "uid": UIDS[key],
-        "title": title,
-        "description": description,
-        "tags": ["usescope"],
-        "editable": True,
-        "graphTooltip": 1,
-        "schemaVersion": SCHEMA_VERSION,
-        "version": 1,
-        "refresh": "30s",
-        "time": {"from": "now-1h", "to": "now"},
-        "timepicker": {},
-        "timezone": "",
-        "fiscalYearStartMonth": 0,
-        "liveNow": False,
-        "weekStart": "",
-        "annotations": {
-            "list": [
-                {
-                    "builtIn": 1,
-                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                    "enable": True,
-                    "hide": True,
-                    "iconColor": "rgba(0, 211, 255, 1)",
-                    "name": "Annotations & Alerts",
-                    "type": "dashboard",
-                },
-                {
-                    "datasource": DS,
-                    "enable": True,
-                    "expr": 'ALERTS{alertstate="firing", instance="$instance"}',
-                    "iconColor": "red",
-                    "name": "Firing alerts",
-                    "step": "60s",
-                    "tagKeys": "alertname,severity",
-                    "titleFormat": "{{alertname}}",
-                    "useValueForTime": False,
-                },
-            ]
-        },
-        "links": [
-            {
-                "title": "usescope dashboards",
-                "type": "dashboards",
-                "tags": ["usescope"],
-                "asDropdown": False,
-                "includeVars": True,
-                "keepTime": True,
-                "targetBlank": False,
-                "icon": "external link",
-                "tooltip": "",
-                "url": "",
-            }
-        ],
-        "templating": templating(),
-        "panels": layout.panels,
-    }
+    d = (
+        db.Dashboard(title)
+        .uid(UIDS[key])
+        .description(description)
+        .tags(["usescope"])
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .version(1)
+        .refresh("30s")
+        .time("now-1h", "now")
+        .timezone("")
+        .fiscal_year_start_month(0)
+        .live_now(False)
+        .week_start("")
+        .annotations(annotations())
+        .link(db.DashboardLink("usescope dashboards")
+              .type(dm.DashboardLinkType.DASHBOARDS)
+              .tags(["usescope"])
+              .as_dropdown(False)
+              .include_vars(True)
+              .keep_time(True)
+              .target_blank(False)
+              .icon("external link")
+              .tooltip("")
+              .url(""))
+        .variables(variables())
+    )
+    for kind, item in layout.items:
+        if kind == "row":
+            d.with_row(item)
+        else:
+            d.with_panel(item)
+    out = json.loads(json.dumps(d.build(), cls=JSONEncoder))
+    for a in out["annotations"]["list"]:
+        if "expr" in a:
+            a.update(PROMETHEUS_ANNOTATION_FIELDS)
+    return out
 
 
 def cpus():
@@ -627,8 +655,8 @@ def ebpf():
     L.row("Probe status and overhead")
     L.add(stat("Probes up",
         "1 when the probe is loaded and attached. Bad: 0 — the probe's metrics and alerts are missing; the log names the cause.",
-        "none", f'usescope_probe_up{{{SEL}}}', {"mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}]},
-        legend="{{probe}}", mappings=[{"type": "value", "options": {"0": {"text": "down"}, "1": {"text": "up"}}}]), 8, 6)
+        "none", f'usescope_probe_up{{{SEL}}}', thresholds((1, "green"), base="red"),
+        legend="{{probe}}", mappings={"0": "down", "1": "up"}), 8, 6)
     L.add(table("Probe attach modes",
         "Which hook each probe uses (tp_btf, raw_tp, ...). Bad: a fallback mode where the preferred one should work.",
         "none", f'usescope_probe_info{{{SEL}}}'), 8, 6)
@@ -651,11 +679,15 @@ def ebpf():
 BUILDERS = {"usescope-overview.json": overview, "usescope-kernel.json": kernel, "usescope-ebpf.json": ebpf}
 
 
+def render(build):
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
     for name, build in BUILDERS.items():
-        text = json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+        text = render(build)
         path = HERE / name
         if check:
             if not path.exists() or path.read_text() != text:

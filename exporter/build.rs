@@ -2,7 +2,7 @@
 //! - stamps the git revision, branch and rustc version into the binary for
 //!   `usescope_build_info` and `node_exporter_build_info`;
 //! - compiles the eBPF programs in `ebpf-probes/` (C, CO-RE) with clang into
-//!   OUT_DIR, where `src/probes/objects.rs` embeds them with
+//!   OUT_DIR, where `src/probes/loader.rs` embeds them with
 //!   `include_bytes_aligned!`, so the one `usescope` binary is all an
 //!   operator deploys.
 //!

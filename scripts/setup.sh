@@ -10,7 +10,11 @@ packages=(
   clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
   gcc libc6-dev                   # link Rust binaries; compile libdeflate (gzip) from its crate
   prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
-  docker-compose                  # offline validation of docker-compose.yml
+  docker-compose                  # docker-compose.yml: validation, and the stack in tests/container/run.sh
+  docker.io debootstrap           # tests/container/run.sh: its own dockerd (with containerd, runc, ctr), a base image made locally
+  iptables                        # tests/container/run.sh checks that the host has no Docker chains afterwards
+  binutils                        # strip, for the image's binary
+  python3-yaml                    # deploy/container/security.py reads the manifests
   python3 python3-venv curl openssl ca-certificates util-linux libcap2-bin
   systemd                         # systemd-analyze verify of the unit file
   wrk                             # the load test
@@ -27,7 +31,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   # --no-install-recommends: the prometheus package recommends Debian's
   # node_exporter, which we do not want running beside usescope.
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # No package may start its service: a system dockerd would create the
+  # docker0 bridge and iptables rules on this host, and the tests start
+  # their own dockerd, Prometheus and Alertmanager where they need them.
+  # policy-rc.d is how Debian's maintainer scripts are told so; one that
+  # exists already is left alone.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  status=0
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+  [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+  [ "$status" -eq 0 ] || exit "$status"
 fi
 
 if ! command -v cargo >/dev/null; then
@@ -52,6 +70,27 @@ if ! "$gobin/node_exporter" --help >/dev/null 2>&1; then
   command -v go >/dev/null || { echo "setup: Go is needed to build node_exporter (the compatibility oracle)" >&2; exit 1; }
   echo "setup: building node_exporter $NODE_EXPORTER_VERSION with go install"
   (cd /tmp && go install "github.com/prometheus/node_exporter@$NODE_EXPORTER_VERSION")
+fi
+
+# cargo-machete, the unused-dependency check of scripts/check_dependencies.sh,
+# from crates.io (about 2.5 minutes to build the first time).
+CARGO_MACHETE_VERSION=0.9.2
+if [ "$(cargo machete --version 2>/dev/null)" != "$CARGO_MACHETE_VERSION" ]; then
+  echo "setup: installing cargo-machete $CARGO_MACHETE_VERSION with cargo install"
+  cargo install --locked --quiet cargo-machete --version "$CARGO_MACHETE_VERSION"
+fi
+
+# grafana-foundation-sdk, which dashboards/generate.py builds the dashboards
+# with (tests/e2e/run.sh checks the checked-in JSON is what it generates),
+# from PyPI into a virtual environment of its own; generate.py finds it there.
+# The copy of requirements.txt in the venv records what was installed.
+dash_req="$(cd "$(dirname "$0")/.." && pwd)/dashboards/requirements.txt"
+dash_venv="${XDG_CACHE_HOME:-$HOME/.cache}/usescope/dashboards-venv"
+if ! cmp -s "$dash_req" "$dash_venv/requirements.txt"; then
+  echo "setup: installing dashboards/requirements.txt into $dash_venv"
+  python3 -m venv --clear "$dash_venv"
+  "$dash_venv/bin/pip" install --quiet --disable-pip-version-check -r "$dash_req"
+  cp "$dash_req" "$dash_venv/requirements.txt"
 fi
 
 echo "setup: ok ($(rustc --version), $(clang --version | head -1))"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up and runs every test: formatting, lints, unit and integration tests
 # (including the real eBPF probes when run as root), promtool/amtool checks
-# of the rules and Alertmanager config, compose validation, and the
-# end-to-end tests against real Prometheus and Alertmanager servers.
+# of the rules and Alertmanager config, compose validation, the
+# end-to-end tests against real Prometheus and Alertmanager servers, and the
+# container image and compose stack on a Docker engine of the test's own.
 #
 # Set USESCOPE_REQUIRE_BPF=1 (CI does) to make any BPF test that cannot run
 # fail instead of skip.
@@ -30,6 +31,8 @@ step() {
 }
 
 step "cargo fmt" cargo fmt --all -- --check
+step "dependencies: none unused (cargo-machete), none deprecated" scripts/check_dependencies.sh
+step "references: every file the docs and comments name exists" python3 scripts/check_references.py
 step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
 # A test that skips (missing root, BPF, FUSE, promtool, node_exporter)
 # appends a USESCOPE-SKIPPED line here (exporter/tests/common/skip.rs);
@@ -55,6 +58,8 @@ step "load: 100 concurrent scrapers for 60 s (wrk)" env USESCOPE_BIN=target/rele
 step "fleet packaging (systemd-analyze, kubernetes-validate)" deploy/test.sh
 [ -f docker-compose.yml ] && step "docker-compose config" docker-compose -f docker-compose.yml config -q
 [ -x tests/e2e/run.sh ] && step "end-to-end with Prometheus and Alertmanager" tests/e2e/run.sh
+step "containers on a real engine (own dockerd: image, capabilities, compose stack)" \
+  env USESCOPE_BIN=target/release/usescope tests/container/run.sh
 
 echo
 if [ "$failed" -gt 0 ]; then

@@ -41,8 +41,9 @@ pub struct AppState {
     pub scraper: Arc<Scraper>,
     /// Holding this is a scrape's turn; it keeps the latest bodies.
     turn: Mutex<Latest>,
-    /// The reused encode buffer (taken by the running scrape).
-    spare: std::sync::Mutex<Vec<u8>>,
+    /// The encode buffer kept from the last gzip scrape (taken by the
+    /// running scrape), and the length of the last body.
+    spare: std::sync::Mutex<(Vec<u8>, usize)>,
     /// None when `--web.max-requests 0`.
     pub limit: Option<Arc<Semaphore>>,
     pub telemetry_path: String,
@@ -60,7 +61,7 @@ impl AppState {
         Arc::new(AppState {
             scraper: Arc::new(scraper),
             turn: Mutex::new(Latest::default()),
-            spare: std::sync::Mutex::new(Vec::with_capacity(64 * 1024)),
+            spare: std::sync::Mutex::new((Vec::new(), 64 * 1024)),
             limit: (max_requests > 0).then(|| Arc::new(Semaphore::new(max_requests))),
             telemetry_path: telemetry_path.to_string(),
             ready: AtomicBool::new(true),
@@ -85,15 +86,26 @@ impl AppState {
     }
 
     /// Scrapes and encodes one body (runs inside the scrape task).
+    ///
+    /// A plain body is the scrape buffer itself, handed over without a copy;
+    /// the next scrape then starts from a buffer sized for the last body,
+    /// so it does not grow by reallocating. A gzip body is a new buffer, and
+    /// the scrape buffer is kept for the next scrape.
     fn encode(&self, format: Format, gzip: bool, abandoned: &AtomicBool) -> Result<Bytes, String> {
-        let mut buf = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buf = std::mem::take(&mut spare.0);
+        let want = spare.1 + spare.1 / 8;
+        drop(spare);
+        buf.clear();
+        buf.reserve(want);
         self.scraper.scrape_into(format, &mut buf, abandoned);
-        let body = if gzip {
-            gzip_compress(&buf).map(Bytes::from)
+        let len = buf.len();
+        let (body, keep) = if gzip {
+            (gzip_compress(&buf).map(Bytes::from), buf)
         } else {
-            Ok(Bytes::copy_from_slice(&buf))
+            (Ok(Bytes::from(buf)), Vec::new())
         };
-        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = buf;
+        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = (keep, len);
         body
     }
 }

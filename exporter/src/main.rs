@@ -156,8 +156,12 @@ fn start(config: &Config) -> Result<Started, String> {
     let probes = probes::attach(&config.probes, &mut scraper);
     let dropped = privileges::drop_after_attach(config.runtime_user.as_deref())
         .map_err(|e| format!("dropping privileges failed: {e}"))?;
-    tracing::info!("{}", dropped.describe());
-    if dropped.uid == 0 {
+    if dropped.user_not_switched.is_some() {
+        tracing::warn!("{}", dropped.describe());
+    } else {
+        tracing::info!("{}", dropped.describe());
+    }
+    if dropped.uid == 0 && dropped.user_not_switched.is_none() {
         tracing::warn!(
             "still running as root (uid 0), without capabilities: a flaw in usescope \
              would act with root's file access. Pass --runtime.user=nobody (or a \

@@ -7,6 +7,9 @@
 //!
 //! 1. empties its capability bounding set (no way back, even through exec);
 //! 2. optionally switches to `--runtime.user` (groups, gid, then uid);
+//!    skipped when the process already runs as that user, and skipped with
+//!    a warning when it lacks CAP_SETUID/CAP_SETGID (a container started
+//!    with no capabilities at all must still serve its /proc metrics);
 //! 3. clears its effective, permitted, inheritable and ambient capabilities;
 //! 4. sets `no_new_privs`;
 //! 5. reads its own status back and fails start-up if any capability is left.
@@ -58,8 +61,10 @@ fn errno() -> std::io::Error {
 /// What [`drop_after_attach`] left behind, read back from the kernel.
 #[derive(Debug)]
 pub struct Dropped {
-    /// The user we switched to, if any.
+    /// The user we switched to (or already were), if any.
     pub user: Option<(String, u32, u32)>,
+    /// Why `--runtime.user` could not be honoured, if it could not.
+    pub user_not_switched: Option<String>,
     /// The real uid after the drop (0 when no `--runtime.user` was given
     /// and we started as root).
     pub uid: u32,
@@ -81,7 +86,11 @@ impl Dropped {
         } else {
             "bounding set unchanged (no CAP_SETPCAP to drop it)"
         };
-        format!("{who} with no capabilities ({bnd}, no_new_privs on every thread)")
+        let mut line = format!("{who} with no capabilities ({bnd}, no_new_privs on every thread)");
+        if let Some(why) = &self.user_not_switched {
+            line.push_str(&format!("; {why}"));
+        }
+        line
     }
 }
 
@@ -94,7 +103,19 @@ pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<Dropped, String> 
             "{threads} threads exist; privileges must be dropped while the process has one"
         ));
     }
-    let target = runtime_user.map(lookup_user).transpose()?;
+    let mut target = runtime_user.map(lookup_user).transpose()?;
+    let mut user_not_switched = None;
+    if let Some((name, uid, gid)) = &target
+        && needs_switch(*uid, *gid)
+        && !has_setuid_and_setgid()?
+    {
+        user_not_switched = Some(format!(
+            "--runtime.user {name} not applied: switching to uid {uid} needs CAP_SETUID and \
+             CAP_SETGID at start-up, and this process lacks one or both (give them, or start it as \
+             that user); a flaw in usescope would act with this uid's file access"
+        ));
+        target = None;
+    }
     let mut bounding_set_emptied = true;
     // SAFETY: prctl/setgroups/setgid/setuid/syscall are called with valid
     // arguments and have no memory-safety preconditions beyond that.
@@ -110,7 +131,9 @@ pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<Dropped, String> 
                 }
             }
         }
-        if let Some((name, uid, gid)) = &target {
+        if let Some((name, uid, gid)) = &target
+            && needs_switch(*uid, *gid)
+        {
             if libc::setgroups(0, std::ptr::null()) != 0 {
                 return Err(format!("--runtime.user {name}: setgroups: {}", errno()));
             }
@@ -150,6 +173,7 @@ pub fn drop_after_attach(runtime_user: Option<&str>) -> Result<Dropped, String> 
     verify_dropped(bounding_set_emptied)?;
     Ok(Dropped {
         user: target,
+        user_not_switched,
         // SAFETY: getuid cannot fail.
         uid: unsafe { libc::getuid() },
         bounding_set_emptied,
@@ -175,6 +199,39 @@ fn verify_dropped(bounding_set_emptied: bool) -> Result<(), String> {
         return Err("NoNewPrivs is not 1 after setting it".into());
     }
     Ok(())
+}
+
+/// Whether the process is not yet exactly `uid`/`gid`, with no
+/// supplementary group but `gid` itself (which runc adds). Already being
+/// that user is not an error even without capabilities (`docker run --user
+/// 65534:65534 --cap-drop ALL`), but calling setgroups would be: it needs
+/// CAP_SETGID even when nothing changes.
+fn needs_switch(uid: u32, gid: u32) -> bool {
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    let (mut rg, mut eg, mut sg) = (0, 0, 0);
+    let mut groups = [0 as libc::gid_t; 64];
+    // SAFETY: getresuid/getresgid write to the locals; getgroups writes at
+    // most groups.len() entries and returns how many (-1 if there are more).
+    let n = unsafe {
+        libc::getresuid(&mut r, &mut e, &mut s);
+        libc::getresgid(&mut rg, &mut eg, &mut sg);
+        libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr())
+    };
+    let other_groups = usize::try_from(n).map_or(true, |n| groups[..n].iter().any(|&g| g != gid));
+    [r, e, s] != [uid; 3] || [rg, eg, sg] != [gid; 3] || other_groups
+}
+
+/// Whether CAP_SETUID and CAP_SETGID are both effective, per the kernel.
+fn has_setuid_and_setgid() -> Result<bool, String> {
+    let status = std::fs::read_to_string("/proc/thread-self/status")
+        .map_err(|e| format!("reading /proc/thread-self/status: {e}"))?;
+    let eff = status_field(&status, "CapEff")
+        .and_then(|v| u64::from_str_radix(v, 16).ok())
+        .ok_or("no readable CapEff in /proc/thread-self/status")?;
+    const CAP_SETGID: u32 = 6;
+    const CAP_SETUID: u32 = 7;
+    let wanted = (1u64 << CAP_SETUID) | (1u64 << CAP_SETGID);
+    Ok(eff & wanted == wanted)
 }
 
 fn status_field<'a>(status: &'a str, field: &str) -> Option<&'a str> {

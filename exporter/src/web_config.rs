@@ -21,13 +21,15 @@
 //! exporter-toolkit. Secrets never appear in errors or logs.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::http::{HeaderName, HeaderValue};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use tokio_rustls::rustls;
 
 #[derive(Deserialize, Default)]
@@ -35,7 +37,7 @@ use tokio_rustls::rustls;
 struct RawConfig {
     tls_server_config: Option<RawTls>,
     http_server_config: Option<RawHttp>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     basic_auth_users: BTreeMap<String, String>,
 }
 
@@ -53,9 +55,37 @@ struct RawTls {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHttp {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     headers: BTreeMap<String, String>,
     http2: Option<bool>,
+}
+
+/// A string-to-string mapping whose keys must be unique, as in
+/// exporter-toolkit (Go's strict YAML decoding): a user listed twice is an
+/// edit mistake, and silently keeping the last of two hashes would hide it.
+/// The YAML decoder checks this for struct fields but not for maps.
+fn unique_keys<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    struct UniqueKeys;
+    impl<'de> Visitor<'de> for UniqueKeys {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((key, value)) = map.next_entry::<String, String>()? {
+                if out.contains_key(&key) {
+                    // The key (a user or header name) only: values may be secrets.
+                    return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
+                }
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(UniqueKeys)
 }
 
 /// A loaded, validated web configuration.
@@ -148,7 +178,7 @@ fn read(path: &Path) -> Result<RawConfig, String> {
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
     }
-    serde_yaml::from_str(&text).map_err(|e| at(path, format!("invalid YAML: {e}")))
+    serde_norway::from_str(&text).map_err(|e| at(path, format!("invalid YAML: {e}")))
 }
 
 impl RawConfig {
@@ -407,13 +437,45 @@ mod tests {
 
     #[test]
     fn unknown_field_and_bad_yaml() {
+        let e = load_str("tls_server_config:\n  certfile: x\n")
+            .err()
+            .unwrap();
         assert!(
-            load_str("tls_server_config:\n  certfile: x\n")
-                .err()
-                .unwrap()
-                .contains("invalid YAML")
+            e.contains("invalid YAML") && e.contains("`certfile`") && e.contains("line 2 column 3"),
+            "{e}"
         );
+        let e = load_str("tls_server_config: [unclosed").err().unwrap();
+        assert!(e.contains("invalid YAML") && e.contains("line 1"), "{e}");
         assert!(load_str("::: [").err().unwrap().contains("invalid YAML"));
+    }
+
+    /// exporter-toolkit (Go's strict YAML decoding) refuses a user listed
+    /// twice; silently keeping the last hash would hide an edit mistake.
+    #[test]
+    fn duplicate_user_is_refused() {
+        let h = bcrypt::hash("pw", 4).unwrap();
+        let e = load_str(&format!("basic_auth_users:\n  a: '{h}'\n  a: '{h}'\n"))
+            .err()
+            .unwrap();
+        assert!(
+            e.contains(r#"basic_auth_users: duplicate key "a""#) && !e.contains(&h),
+            "{e}"
+        );
+        let e = load_str("http_server_config:\n  headers:\n    X-A: b\n    X-A: c\n")
+            .err()
+            .unwrap();
+        assert!(e.contains(r#"duplicate key "X-A""#), "{e}");
+    }
+
+    /// A YAML error is one log line and does not quote the file's other
+    /// lines, which may hold password hashes.
+    #[test]
+    fn yaml_errors_are_one_line_without_the_file_text() {
+        let e = load_str("basic_auth_users:\n  alice: secrethash\nhttp_server_config: [\n")
+            .err()
+            .unwrap();
+        assert!(e.contains("invalid YAML"), "{e}");
+        assert!(!e.contains('\n') && !e.contains("secrethash"), "{e}");
     }
 
     #[test]

@@ -52,6 +52,14 @@ fn assert_no_capabilities(d: &Daemon) {
     }
 }
 
+/// usescope started through setpriv(1) with these options (user, groups,
+/// capability sets), as a container runtime or service manager would.
+fn usescope_under_setpriv(options: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(options).arg("--").arg(common::bin());
+    cmd
+}
+
 /// A procfs tree whose `loadavg` belongs to another user, mode 0600.
 fn tree_with_private_loadavg(owner: u32) -> tempfile::TempDir {
     let tree = common::copy_tree(&common::fixture("proc"));
@@ -183,8 +191,9 @@ fn runtime_user_switches_uid() {
     assert!(d.stop().success());
 }
 
-/// The container model (Dockerfile): a non-root process whose binary carries
-/// file capabilities attaches its probes, then holds no capability at all.
+/// A non-root process whose binary carries file capabilities (an option for
+/// bare installs; the container image has none) attaches its probes, then
+/// holds no capability at all.
 #[test]
 fn non_root_with_file_capabilities_attaches_then_drops_everything() {
     if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
@@ -232,6 +241,71 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
     assert!(d.stop().success());
 }
 
+/// The container image's entrypoint passes --runtime.user=65534; started
+/// with no capabilities at all (`docker run --cap-drop ALL`), uid 0 cannot
+/// switch. It must still serve, with no capabilities, and say loudly that
+/// the switch did not happen and why.
+#[test]
+fn runtime_user_without_setuid_keeps_serving_and_says_why() {
+    if !common::skip::unless_root("to start the daemon as uid 0 with no capabilities") {
+        return;
+    }
+    // Root with an empty bounding set: exec leaves no capability at all.
+    let cmd = usescope_under_setpriv(&["--inh-caps=-all", "--bounding-set=-all"]);
+    let d = Daemon::try_start_with(cmd, &["--runtime.user=65534"])
+        .expect("usescope as uid 0 with no capabilities");
+    let line = d
+        .wait_for_log("not applied", std::time::Duration::from_secs(10))
+        .expect("a warning that --runtime.user was not applied");
+    assert!(line.contains("level=warn"), "{line}");
+    assert!(line.contains("CAP_SETUID"), "{line}");
+    let pid = d.child.id();
+    assert!(
+        status_field(pid, "Uid")
+            .split_whitespace()
+            .all(|u| u == "0")
+    );
+    assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
+    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    let expo = d.scrape();
+    assert!(expo.contains("node_load1 "));
+    for probe in ["runqlat", "cachestat", "drops"] {
+        assert!(
+            expo.contains(&format!("usescope_probe_up{{probe=\"{probe}\"}} 0")),
+            "{probe} should be down without capabilities"
+        );
+    }
+    assert!(d.stop().success());
+}
+
+/// `docker run --user 65534:65534 --cap-drop ALL` with the image's
+/// --runtime.user=65534: the process already is that user (runc also lists
+/// the primary group as a supplementary one), so there is nothing to switch
+/// and no capability is needed to not switch.
+#[test]
+fn runtime_user_already_in_effect_needs_no_capabilities() {
+    if !common::skip::unless_root("to start the daemon as uid 65534 through setpriv") {
+        return;
+    }
+    let cmd = usescope_under_setpriv(&["--reuid=65534", "--regid=65534", "--groups=65534"]);
+    let d = Daemon::try_start_with(
+        cmd,
+        &[
+            "--runtime.user=65534",
+            "--no-probe.runqlat",
+            "--no-probe.cachestat",
+            "--no-probe.drops",
+        ],
+    )
+    .expect("usescope as uid 65534 with --runtime.user=65534");
+    let line = d
+        .wait_for_log("with no capabilities", std::time::Duration::from_secs(10))
+        .expect("the drop's log line");
+    assert!(line.contains("(uid 65534, gid 65534)"), "{line}");
+    assert!(!line.contains("not applied"), "{line}");
+    assert!(d.stop().success());
+}
+
 #[test]
 fn unknown_runtime_user_fails_startup_with_one_line() {
     let out = std::process::Command::new(common::bin())
@@ -259,9 +333,7 @@ fn an_unprivileged_start_says_the_bounding_set_stayed() {
     if !common::skip::unless_root("to start the daemon privileged and see it drop everything") {
         return;
     }
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(common::bin());
+    let cmd = usescope_under_setpriv(&["--reuid=65534", "--regid=65534", "--clear-groups"]);
     let d = Daemon::try_start_with(
         cmd,
         &[

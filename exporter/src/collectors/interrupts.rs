@@ -15,7 +15,7 @@
 //!
 //! Off by default, as in node_exporter: one series per CPU per IRQ line.
 //! It is the source for the rescheduling (RES) and function-call (CAL) IPI
-//! rates that show context-switch storms and RPS costs (docs/runbooks.md).
+//! rates that show context-switch storms and RPS costs (docs/signals.md).
 
 use std::ops::Range;
 

@@ -5,7 +5,7 @@
 //! pages) wherever `mem` is present.
 //!
 //! `TCP_tw` is the TIME_WAIT count behind the short-connection cases in
-//! docs/runbooks.md. A missing file (sockstat6 without IPv6) is skipped.
+//! docs/signals.md. A missing file (sockstat6 without IPv6) is skipped.
 
 use crate::collector::Collector;
 use crate::collectors::dynamic::DynamicFamilies;

@@ -8,7 +8,7 @@
 //! and without /proc/stat's 32-bit per-vector sums, which wrap.
 //!
 //! Per-CPU rates of NET_RX and TIMER are what show a softirq storm pinned to
-//! one CPU (docs/runbooks.md: SYN flood, RPS), which the totals hide.
+//! one CPU (docs/signals.md: SYN flood, RPS), which the totals hide.
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
