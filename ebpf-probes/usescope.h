@@ -12,22 +12,64 @@
 #define USESCOPE_H
 
 /*
- * runqlat: bucket k counts latencies v with 1us*2^(k-1) < v <= 1us*2^k,
- * i.e. the Prometheus upper bound le = 1e-6 * 2^k is a true upper bound.
- * k runs 0..RUNQLAT_BUCKETS-1 (1us .. 2^24us = 16.8s); slower wake-ups land
- * in the overflow slot, which only the +Inf bucket counts.
+ * Latency histograms (runqlat, biolatency): bucket k counts latencies v with
+ * 1us*2^(k-1) < v <= 1us*2^k, i.e. the Prometheus upper bound
+ * le = 1e-6 * 2^k is a true upper bound. k runs 0..LOG2_HIST_BUCKETS-1
+ * (1us .. 2^24us = 16.8s); slower ones land in the overflow slot, which
+ * only the +Inf bucket counts. log2_hist.h computes the bucket.
  */
-#define RUNQLAT_BUCKETS 25
-#define RUNQLAT_OVERFLOW RUNQLAT_BUCKETS
+#define LOG2_HIST_BUCKETS 25
+#define LOG2_HIST_OVERFLOW LOG2_HIST_BUCKETS
 
 struct runqlat_hist {
-	__u64 slots[RUNQLAT_BUCKETS + 1];
+	__u64 slots[LOG2_HIST_BUCKETS + 1];
 	/* The count is the sum of the slots: a separate counter could be read
 	 * between its update and the slot's, and break monotonic buckets. */
 	__u64 sum_ns;
 	/* switch-ins without a recorded start (runnable before attach, or
-	 * the start map evicted the entry): skipped, never guessed. */
+	 * the LRU start map evicted the entry): skipped, never guessed. */
 	__u64 missed;
+};
+
+/*
+ * biolatency: one per-CPU hash entry per (device, op group). The device is
+ * the kernel's dev_t of the whole disk (major << 20 | minor); the op group
+ * is diskstats' (BIOLAT_OP_*), so counts compare with /proc/diskstats.
+ */
+#define BIOLAT_OP_READ 0
+#define BIOLAT_OP_WRITE 1
+#define BIOLAT_OP_DISCARD 2
+#define BIOLAT_OP_FLUSH 3
+#define BIOLAT_OPS 4
+
+struct biolat_key {
+	__u32 dev;
+	__u32 op;
+};
+
+struct biolat_hist {
+	__u64 slots[LOG2_HIST_BUCKETS + 1];
+	__u64 sum_ns;
+};
+
+/*
+ * softirq: per CPU, per vector (HI, TIMER, ... RCU: the rows of
+ * /proc/softirqs). Everything is per-CPU: a softirq is raised for, and
+ * runs on, the CPU that raised it, and does not nest on one CPU.
+ */
+#define SOFTIRQ_VECS 10
+
+struct softirq_counts {
+	/* handler runs (softirq_entry) and the time spent in them */
+	__u64 entries[SOFTIRQ_VECS];
+	__u64 time_ns[SOFTIRQ_VECS];
+	/* latency from the first raise to the handler's entry */
+	__u64 latency_slots[SOFTIRQ_VECS][LOG2_HIST_BUCKETS + 1];
+	__u64 latency_sum_ns[SOFTIRQ_VECS];
+	/* scratch of the kernel side, not exported: ktime of the running
+	 * handler's entry, and of the first raise not yet handled (0: none) */
+	__u64 entered_at[SOFTIRQ_VECS];
+	__u64 raised_at[SOFTIRQ_VECS];
 };
 
 /* cachestat: pages, not calls. */

@@ -13,8 +13,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The probe sources, compiled to `OUT_DIR/<name>.bpf.o`.
-const PROBES: &[&str] = &["runqlat", "cachestat", "drops"];
+/// The probe objects: `OUT_DIR/<object>.bpf.o` from `ebpf-probes/<source>.bpf.c`
+/// with extra clang flags. runqlat is built twice: its start-time map is
+/// task-local storage, or (RUNQLAT_START_LRU) an LRU hash for kernels
+/// that refuse task storage.
+const PROBES: &[(&str, &str, &[&str])] = &[
+    ("runqlat", "runqlat", &[]),
+    ("runqlat_lru", "runqlat", &["-DRUNQLAT_START_LRU"]),
+    ("cachestat", "cachestat", &[]),
+    ("drops", "drops", &[]),
+    ("biolatency", "biolatency", &[]),
+    ("softirq", "softirq", &[]),
+];
 
 fn main() {
     stamp_versions();
@@ -64,23 +74,22 @@ fn compile_probes() {
         "cargo:rerun-if-changed={}",
         src_dir.join("usescope.h").display()
     );
-    println!(
-        "cargo:rerun-if-changed={}",
-        src_dir.join("vmlinux.h").display()
-    );
+    for header in ["vmlinux.h", "log2_hist.h"] {
+        println!("cargo:rerun-if-changed={}", src_dir.join(header).display());
+    }
     let clang = std::env::var("USESCOPE_CLANG").unwrap_or_else(|_| "clang".to_string());
-    for name in PROBES {
-        let src = src_dir.join(format!("{name}.bpf.c"));
+    for (name, source, flags) in PROBES {
+        let src = src_dir.join(format!("{source}.bpf.c"));
         println!("cargo:rerun-if-changed={}", src.display());
         let full = out_dir.join(format!("{name}.full.bpf.o"));
         let obj = out_dir.join(format!("{name}.bpf.o"));
-        run_clang(&clang, &src_dir, &src, &full);
+        run_clang(&clang, &src_dir, &src, flags, &full);
         strip_dwarf(&full, &obj);
     }
 }
 
 /// Compiles one probe; any failure stops the build with clang's own message.
-fn run_clang(clang: &str, include: &Path, src: &Path, out: &Path) {
+fn run_clang(clang: &str, include: &Path, src: &Path, flags: &[&str], out: &Path) {
     let output = Command::new(clang)
         .args([
             "-O2",
@@ -91,6 +100,7 @@ fn run_clang(clang: &str, include: &Path, src: &Path, out: &Path) {
             "-mcpu=v3",
         ])
         .args(["-Wall", "-Werror"])
+        .args(flags)
         .arg("-I")
         .arg(include)
         .arg("-c")

@@ -19,7 +19,8 @@ packages=(
   systemd                         # systemd-analyze verify of the unit file
   wrk                             # the load test
   python3-fusepy                  # tests/tools/hangfs.py: a real hung FUSE mount (libfuse2)
-  xfsprogs btrfs-progs            # real XFS and btrfs filesystems on loop devices (tests/xfs_real.rs, btrfs)
+  xfsprogs btrfs-progs            # real XFS and btrfs filesystems on loop devices (tests/compat_fs_net.rs)
+  mount                           # losetup: the loop device of the biolatency test (tests/probes.rs)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -14,7 +14,12 @@ for stats (same workload, so the same event count). Also reported: the
 kernel's own run time per program run (run_seconds / runs), i.e. the cost
 inside the BPF program, without the tracepoint dispatch around it.
 
-Usage: bench.py USESCOPE_BINARY WORKLOAD_BINARY DATA_DIR [RUNS]
+The block I/O workload's completions run partly in interrupt context,
+whose CPU time lands on whatever task the interrupt hits, so for
+biolatency the in-program figure is the reliable one.
+
+Usage: bench.py USESCOPE_BINARY WORKLOAD_BINARY DATA_DIR [RUNS [PROBE...]]
+(with PROBEs, only their workloads run)
 """
 
 import os
@@ -26,19 +31,27 @@ import time
 import urllib.request
 
 WORKLOADS = [
-    # name, probe, argv after the workload binary
+    # name, probe, argv after the workload binary[, extra usescope flags]
     ("runqlat: thread ping-pong (100k round trips)", "runqlat", ["pingpong", "100000"]),
+    ("runqlat, LRU hash start map: thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"], ["--probe.runqlat.start-map=lru-hash"]),
     ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
+    ("biolatency: 20k O_DIRECT 4 KiB reads", "biolatency", ["direct", "{file}", "20000"]),
+    ("softirq: UDP to a closed port (200k datagrams, one NET_RX each)", "softirq", ["udp", "200000"]),
 ]
-PROBES = ["runqlat", "cachestat", "drops"]
+PROBES = ["runqlat", "cachestat", "drops", "biolatency", "softirq"]
+# Probes that are off unless asked for.
+OPT_IN = {"biolatency", "softirq"}
 
 
 def start(usescope, probe, extra=()):
     args = [usescope, "--web.listen-address=127.0.0.1:0",
             "--collector.disable-defaults", "--collector.loadavg", *extra]
     args += [f"--no-probe.{p}" for p in PROBES if p != probe]
+    if probe in OPT_IN:
+        args.append(f"--probe.{probe}")
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         m = re.search(r'address="?([0-9.:]+)"?', line)
@@ -77,6 +90,7 @@ def timed(workload, argv):
 def main():
     usescope, workload, data = sys.argv[1], sys.argv[2], sys.argv[3]
     runs = int(sys.argv[4]) if len(sys.argv) > 4 else 7
+    only = set(sys.argv[5:])
     path = os.path.join(data, "bench.bin")
     with open(path, "wb") as f:
         for _ in range(64):
@@ -84,13 +98,16 @@ def main():
         f.flush()
         os.fsync(f.fileno())
     rows = []
-    for name, probe, argv in WORKLOADS:
+    for name, probe, argv, *extra in WORKLOADS:
+        flags = extra[0] if extra else []
+        if only and probe not in only:
+            continue
         argv = [a.format(file=path) for a in argv]
         off, stats, on, events, inside = [], [], [], [], []
         timed(workload, argv)  # warm-up
         for _ in range(runs):
             off.append(timed(workload, argv))
-            proc, addr = start(usescope, probe, ["--probe.bpf-stats"])
+            proc, addr = start(usescope, probe, ["--probe.bpf-stats", *flags])
             try:
                 r0, s0 = scrape(addr, probe)
                 stats.append(timed(workload, argv))
@@ -99,7 +116,7 @@ def main():
                 stop(proc)
             events.append(r1 - r0)
             inside.append((s1 - s0) * 1e9 / max(r1 - r0, 1))
-            proc, _ = start(usescope, probe)
+            proc, _ = start(usescope, probe, flags)
             try:
                 on.append(timed(workload, argv))
             finally:

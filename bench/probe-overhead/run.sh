@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Probe overhead benchmark: ns per event for each probe, probe off vs on.
-# Needs root (loads the probes). Usage: bench/probe-overhead/run.sh [RUNS]
+# Needs root (loads the probes).
+# Usage: bench/probe-overhead/run.sh [RUNS [PROBE...]]  (PROBEs: only their workloads)
 # Prints a Markdown table; see RESULTS.md for the method and last results.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$here/../.."
 runs="${1:-7}"
+shift || true
 cd "$root"
 cargo build --release -q -p usescope
 target="${CARGO_TARGET_DIR:-$root/target}"
@@ -13,4 +15,4 @@ mkdir -p "$target/probe-overhead"
 rustc -O --edition 2021 "$here/workload.rs" -o "$target/probe-overhead/workload"
 # The data file must be on a disk filesystem for cold reads to mean anything.
 data="$target/probe-overhead"
-exec python3 "$here/bench.py" "$target/release/usescope" "$target/probe-overhead/workload" "$data" "$runs"
+exec python3 "$here/bench.py" "$target/release/usescope" "$target/probe-overhead/workload" "$data" "$runs" "$@"

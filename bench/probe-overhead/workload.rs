@@ -8,6 +8,7 @@
 //!   workload udp N             N UDP datagrams to a closed port on 127.0.0.1
 //!   workload warm FILE N       N 4 KiB preads of a cached file
 //!   workload cold FILE         evict FILE from the page cache, read it once
+//!   workload direct FILE N     N 4 KiB O_DIRECT preads of FILE (block I/O)
 //!
 //! Built with plain `rustc -O` (std only) by run.sh.
 
@@ -138,6 +139,34 @@ fn cold(path: &str) -> u128 {
     start.elapsed().as_nanos()
 }
 
+/// O_DIRECT on x86_64 and aarch64 Linux (std has no libc constants).
+const O_DIRECT: i32 = 0o40000;
+
+fn direct(path: &str, n: u64) -> u128 {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_DIRECT)
+        .open(path)
+        .unwrap();
+    let blocks = (f.metadata().unwrap().len() / 4096).max(1);
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+    // SAFETY: a non-zero-sized layout; freed below with the same layout.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!ptr.is_null());
+    // SAFETY: ptr is valid for 4096 bytes until dealloc.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 4096) };
+    let start = Instant::now();
+    for i in 0..n {
+        f.read_exact_at(buf, (i.wrapping_mul(2_654_435_761) % blocks) * 4096)
+            .unwrap();
+    }
+    let ns = start.elapsed().as_nanos();
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    ns
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
@@ -147,6 +176,7 @@ fn main() {
         "udp" => udp(num(2)),
         "warm" => warm(arg(2), num(3)),
         "cold" => cold(arg(2)),
+        "direct" => direct(arg(2), num(3)),
         other => {
             eprintln!("unknown workload {other:?}");
             std::process::exit(2);

@@ -179,7 +179,7 @@ pub fn command() -> Command {
         }
     }
     for spec in probes::ALL {
-        cmd = add_toggle(cmd, "probe", spec.name, spec.help, true);
+        cmd = add_toggle(cmd, "probe", spec.name, spec.help, spec.default_enabled);
     }
     probes::add_args(cmd)
 }
@@ -317,7 +317,7 @@ where
     }
     let enabled_probes = probes::ALL
         .iter()
-        .filter(|p| toggled(&m, "probe", p.name, true))
+        .filter(|p| toggled(&m, "probe", p.name, p.default_enabled))
         .map(|p| p.name)
         .collect();
     Ok(Config {

@@ -63,7 +63,7 @@ fn page_shift() -> u32 {
 
 /// The per-CPU map the collector reads, and its value.
 pub const MAP: &str = "us_cs_counts";
-pub const VALUE_SIZE: usize = size_of::<CachestatCounts>();
+const VALUE_SIZE: usize = size_of::<CachestatCounts>();
 
 /// In the probe loader process: load and attach.
 pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
@@ -75,11 +75,12 @@ pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeE
 
 /// In the daemon: the collector over the handed-over counters map.
 pub fn collector(
-    counts: PerCpuStruct,
+    map: std::os::fd::OwnedFd,
     _names: Vec<String>,
     _settings: &ProbeSettings,
-) -> Box<dyn Collector> {
-    Box::new(CachestatCollector { counts })
+) -> Result<Box<dyn Collector>, String> {
+    let counts = PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?;
+    Ok(Box::new(CachestatCollector { counts }))
 }
 
 struct CachestatCollector {

@@ -142,7 +142,7 @@ fn resolve_names(kernel: &Kernel) -> Result<Vec<String>, ProbeError> {
 
 /// The per-CPU map the collector reads, and its value.
 pub const MAP: &str = "us_drops";
-pub const VALUE_SIZE: usize = size_of::<DropsCounts>();
+const VALUE_SIZE: usize = size_of::<DropsCounts>();
 
 /// In the probe loader process: name the reasons, load and attach. The
 /// names travel to the daemon with the fds, so it never reads BTF.
@@ -158,11 +158,12 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
 /// In the daemon: the collector over the handed-over counters map, naming
 /// slots with the loader's reason names.
 pub fn collector(
-    counts: PerCpuStruct,
+    map: std::os::fd::OwnedFd,
     names: Vec<String>,
     settings: &ProbeSettings,
-) -> Box<dyn Collector> {
-    Box::new(DropsCollector {
+) -> Result<Box<dyn Collector>, String> {
+    let counts = PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?;
+    Ok(Box::new(DropsCollector {
         counts,
         names,
         protocols: if settings.drops_protocol_label {
@@ -171,7 +172,7 @@ pub fn collector(
             1
         },
         sums: vec![0; DROPS_PROTOS * DROPS_SLOTS],
-    })
+    }))
 }
 
 struct DropsCollector {

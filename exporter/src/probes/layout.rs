@@ -8,14 +8,43 @@
 
 use std::mem::{offset_of, size_of};
 
-pub const RUNQLAT_BUCKETS: usize = 25;
-pub const RUNQLAT_OVERFLOW: usize = RUNQLAT_BUCKETS;
+pub const LOG2_HIST_BUCKETS: usize = 25;
+pub const LOG2_HIST_OVERFLOW: usize = LOG2_HIST_BUCKETS;
 
 #[repr(C)]
 pub struct RunqlatHist {
-    pub slots: [u64; RUNQLAT_BUCKETS + 1],
+    pub slots: [u64; LOG2_HIST_BUCKETS + 1],
     pub sum_ns: u64,
     pub missed: u64,
+}
+
+/// `op` label values by op group (BIOLAT_OP_* in the header).
+pub const BIOLAT_OP_NAMES: [&str; 4] = ["read", "write", "discard", "flush"];
+
+/// The per-CPU hash key: `dev` (kernel dev_t, major << 20 | minor) in the
+/// low 32 bits and `op` in the high 32 bits of one little-endian u64.
+#[repr(C)]
+pub struct BiolatKey {
+    pub dev: u32,
+    pub op: u32,
+}
+
+#[repr(C)]
+pub struct BiolatHist {
+    pub slots: [u64; LOG2_HIST_BUCKETS + 1],
+    pub sum_ns: u64,
+}
+
+pub const SOFTIRQ_VECS: usize = 10;
+
+#[repr(C)]
+pub struct SoftirqCounts {
+    pub entries: [u64; SOFTIRQ_VECS],
+    pub time_ns: [u64; SOFTIRQ_VECS],
+    pub latency_slots: [[u64; LOG2_HIST_BUCKETS + 1]; SOFTIRQ_VECS],
+    pub latency_sum_ns: [u64; SOFTIRQ_VECS],
+    pub entered_at: [u64; SOFTIRQ_VECS],
+    pub raised_at: [u64; SOFTIRQ_VECS],
 }
 
 #[repr(C)]
@@ -47,6 +76,11 @@ pub const fn word(byte_offset: usize) -> usize {
 
 pub const RUNQLAT_SUM_WORD: usize = word(offset_of!(RunqlatHist, sum_ns));
 pub const RUNQLAT_MISSED_WORD: usize = word(offset_of!(RunqlatHist, missed));
+pub const SOFTIRQ_ENTRIES_WORD: usize = word(offset_of!(SoftirqCounts, entries));
+pub const SOFTIRQ_TIME_WORD: usize = word(offset_of!(SoftirqCounts, time_ns));
+pub const SOFTIRQ_LATENCY_SLOTS_WORD: usize = word(offset_of!(SoftirqCounts, latency_slots));
+pub const SOFTIRQ_LATENCY_SUM_WORD: usize = word(offset_of!(SoftirqCounts, latency_sum_ns));
+pub const BIOLAT_SUM_WORD: usize = word(offset_of!(BiolatHist, sum_ns));
 pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
 pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
 pub const CACHESTAT_DIRTIED_WORD: usize = word(offset_of!(CachestatCounts, dirtied));
@@ -71,6 +105,21 @@ mod tests {
         eval(line.trim().trim_start_matches('(').trim_end_matches(')'))
     }
 
+    /// The fields of `struct NAME` in the header whose type is `ty`, in
+    /// declaration order (every field of these structs has one type).
+    fn fields_of(name: &str, ty: &str) -> Vec<&'static str> {
+        HEADER
+            .split(&format!("struct {name} {{"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no struct {name} in usescope.h"))
+            .split("};")
+            .next()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(ty)?.strip_prefix(' '))
+            .collect()
+    }
+
     fn eval(expr: &str) -> usize {
         if let Some((a, b)) = expr.split_once(" + ") {
             return eval(a) + eval(b);
@@ -83,8 +132,16 @@ mod tests {
 
     #[test]
     fn constants_match_the_c_header() {
-        assert_eq!(define("RUNQLAT_BUCKETS"), RUNQLAT_BUCKETS);
-        assert_eq!(define("RUNQLAT_OVERFLOW"), RUNQLAT_OVERFLOW);
+        assert_eq!(define("LOG2_HIST_BUCKETS"), LOG2_HIST_BUCKETS);
+        assert_eq!(define("LOG2_HIST_OVERFLOW"), LOG2_HIST_OVERFLOW);
+        for (i, name) in BIOLAT_OP_NAMES.iter().enumerate() {
+            assert_eq!(
+                define(&format!("BIOLAT_OP_{}", name.to_ascii_uppercase())),
+                i
+            );
+        }
+        assert_eq!(define("BIOLAT_OPS"), BIOLAT_OP_NAMES.len());
+        assert_eq!(define("SOFTIRQ_VECS"), SOFTIRQ_VECS);
         assert_eq!(define("DROPS_CORE_SLOTS"), DROPS_CORE_SLOTS);
         assert_eq!(define("DROPS_SUBSYS_SHIFT"), DROPS_SUBSYS_SHIFT as usize);
         assert_eq!(define("DROPS_SUBSYS_MAX"), DROPS_SUBSYS_MAX);
@@ -101,11 +158,43 @@ mod tests {
     #[test]
     fn struct_sizes_match_the_c_header() {
         // Every C struct is a sequence of __u64 in declaration order.
-        assert_eq!(size_of::<RunqlatHist>(), (RUNQLAT_BUCKETS + 1 + 2) * 8);
+        assert_eq!(size_of::<RunqlatHist>(), (LOG2_HIST_BUCKETS + 1 + 2) * 8);
+        assert_eq!(size_of::<BiolatHist>(), (LOG2_HIST_BUCKETS + 1 + 1) * 8);
+        assert_eq!(size_of::<BiolatKey>(), 8);
+        assert_eq!(
+            size_of::<SoftirqCounts>(),
+            SOFTIRQ_VECS * (LOG2_HIST_BUCKETS + 1 + 5) * 8
+        );
+        assert_eq!(
+            (
+                SOFTIRQ_ENTRIES_WORD,
+                SOFTIRQ_TIME_WORD,
+                SOFTIRQ_LATENCY_SLOTS_WORD,
+                SOFTIRQ_LATENCY_SUM_WORD
+            ),
+            (
+                0,
+                SOFTIRQ_VECS,
+                2 * SOFTIRQ_VECS,
+                (LOG2_HIST_BUCKETS + 3) * SOFTIRQ_VECS
+            )
+        );
+        assert_eq!(
+            fields_of("softirq_counts", "__u64"),
+            [
+                "entries[SOFTIRQ_VECS];",
+                "time_ns[SOFTIRQ_VECS];",
+                "latency_slots[SOFTIRQ_VECS][LOG2_HIST_BUCKETS + 1];",
+                "latency_sum_ns[SOFTIRQ_VECS];",
+                "entered_at[SOFTIRQ_VECS];",
+                "raised_at[SOFTIRQ_VECS];"
+            ]
+        );
+        assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
         assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
-        assert_eq!(RUNQLAT_SUM_WORD, RUNQLAT_BUCKETS + 1);
-        assert_eq!(RUNQLAT_MISSED_WORD, RUNQLAT_BUCKETS + 2);
+        assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
+        assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
         assert_eq!(
             (
                 CACHESTAT_ACCESSES_WORD,
@@ -117,26 +206,18 @@ mod tests {
         // Per-CPU map values are limited to 32 KiB by the kernel.
         assert!(size_of::<DropsCounts>() <= 32 * 1024);
         // The field order in the header is the order mirrored here.
-        let hist = HEADER.split("struct runqlat_hist {").nth(1).unwrap();
-        let fields: Vec<&str> = hist
-            .split("};")
-            .next()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("__u64 "))
-            .collect();
         assert_eq!(
-            fields,
-            ["slots[RUNQLAT_BUCKETS + 1];", "sum_ns;", "missed;"]
+            fields_of("runqlat_hist", "__u64"),
+            ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;", "missed;"]
         );
-        let cs = HEADER.split("struct cachestat_counts {").nth(1).unwrap();
-        let fields: Vec<&str> = cs
-            .split("};")
-            .next()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("__u64 "))
-            .collect();
-        assert_eq!(fields, ["accesses;", "misses;", "dirtied;"]);
+        assert_eq!(
+            fields_of("biolat_hist", "__u64"),
+            ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;"]
+        );
+        assert_eq!(fields_of("biolat_key", "__u32"), ["dev;", "op;"]);
+        assert_eq!(
+            fields_of("cachestat_counts", "__u64"),
+            ["accesses;", "misses;", "dirtied;"]
+        );
     }
 }

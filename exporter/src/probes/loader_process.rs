@@ -29,7 +29,6 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType, socketpair};
 use serde::{Deserialize, Serialize};
 
 use super::loader::{Mode, ProbeError};
-use super::percpu::PerCpuStruct;
 use super::status::Program;
 use super::{ALL, Kernel, Loaded, ProbeSettings, ProbeSpec, fd_passing};
 use crate::collector::Collector;
@@ -134,11 +133,14 @@ fn push_fds(
         fds.push(fd);
         Ok::<usize, ProbeError>(fds.len() - 1)
     };
-    let Some(Map::PerCpuArray(map)) = loaded.ebpf.map(spec.map) else {
-        return Err(ProbeError(format!(
-            "map {} missing from the object or not a per-CPU array",
-            spec.map
-        )));
+    let map = match loaded.ebpf.map(spec.map) {
+        Some(Map::PerCpuArray(m) | Map::PerCpuHashMap(m)) => m,
+        _ => {
+            return Err(ProbeError(format!(
+                "map {} missing from the object or not a per-CPU map",
+                spec.map
+            )));
+        }
     };
     let map = push_dup(spec.map, map.fd().as_fd())?;
     let mut programs = Vec::new();
@@ -285,8 +287,7 @@ impl Handed {
                     handed.mode
                 ))
             })?;
-        let map = PerCpuStruct::from_fd(spec.map, self.take(handed.map)?, spec.value_size)
-            .map_err(ProbeError)?;
+        let map = self.take(handed.map)?;
         let mut programs = Vec::new();
         for &(name, _) in mode.programs {
             let index = handed
@@ -315,7 +316,7 @@ impl Handed {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Adopted {
             mode,
-            collector: (spec.build)(map, handed.names, settings),
+            collector: (spec.build)(map, handed.names, settings).map_err(ProbeError)?,
             links,
             programs,
         })

@@ -1,6 +1,7 @@
-//! eBPF probes (run-queue latency, page cache, packet drops), loaded with
-//! aya. Each probe becomes a [`crate::collector::Collector`] that reads its
-//! per-CPU map at scrape time.
+//! eBPF probes (run-queue latency, page cache, packet drops, block I/O
+//! latency, softirqs), loaded with aya. Each probe becomes a
+//! [`crate::collector::Collector`] that reads its per-CPU map at scrape
+//! time.
 //!
 //! Loading happens in a short-lived child process, not in the daemon:
 //! aya parses the kernel's 5.5 MB BTF once per object (tens of MB of heap),
@@ -16,8 +17,10 @@
 //!   side that adopts the fds ([`attach`] below wires them to collectors);
 //! - [`fd_passing`]: one message of bytes plus fds (SCM_RIGHTS);
 //! - [`loader`]: the embedded objects and run-time hook selection;
-//! - one module per probe ([`runqlat`], [`cachestat`], [`drops`]): its
-//!   modes (program, tracepoint), its loading and its collector;
+//! - one module per probe ([`runqlat`], [`cachestat`], [`drops`],
+//!   [`biolatency`], [`softirq`]): its modes (program, tracepoint), its loading and its
+//!   collector;
+//! - [`log2_hist`]: the latency buckets runqlat and biolatency share;
 //! - [`status`]: `usescope_probe_up`/`_info` and per-program BPF statistics;
 //! - [`btf`]: reads enums from kernel BTF, to name drop reasons;
 //! - [`sys`]: the few `bpf(2)` calls made without aya.
@@ -25,6 +28,7 @@
 //! Probes degrade, the daemon does not: a probe that cannot load logs one
 //! warning naming the cause and reports `usescope_probe_up{probe} 0`.
 
+pub mod biolatency;
 pub mod btf;
 pub mod cachestat;
 pub mod drops;
@@ -32,8 +36,10 @@ pub mod fd_passing;
 pub mod layout;
 pub mod loader;
 pub mod loader_process;
+pub mod log2_hist;
 pub mod percpu;
 pub mod runqlat;
+pub mod softirq;
 pub mod status;
 pub mod sys;
 
@@ -44,57 +50,83 @@ use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
 
 use crate::collector::{Collector, Scraper};
 use loader::{Mode, ProbeError};
-use percpu::PerCpuStruct;
 use status::{ProbeStatus, StatsCollector, StatusCollector};
 
 pub struct ProbeSpec {
     pub name: &'static str,
     pub help: &'static str,
+    /// Whether the probe runs unless `--no-probe.NAME` is given (otherwise
+    /// only with `--probe.NAME`).
+    pub default_enabled: bool,
     /// Scraper name of the probe's collector (`node_scrape_collector_*`).
     pub collector: &'static str,
     /// The hook modes, in order of preference.
     pub modes: &'static [Mode],
-    /// The per-CPU struct map the collector reads, and its value size.
+    /// The per-CPU map (array or hash) the collector reads.
     pub map: &'static str,
-    pub value_size: usize,
     /// In the loader process: load and attach.
     pub load: fn(&Kernel, &ProbeSettings) -> Result<Loaded, ProbeError>,
-    /// In the daemon: the collector over the handed-over map, with the
-    /// names the loader resolved (drop reasons; empty for other probes).
-    pub build: fn(PerCpuStruct, Vec<String>, &ProbeSettings) -> Box<dyn Collector>,
+    /// In the daemon: the collector over the handed-over map's fd, with
+    /// the names the loader resolved (drop reasons; empty for other
+    /// probes), or why the map is not what the probe expects.
+    pub build: BuildCollector,
 }
 
-/// Every probe; each is enabled unless `--no-probe.NAME` is given.
+/// A probe's collector constructor (see [`ProbeSpec::build`]).
+pub type BuildCollector =
+    fn(OwnedFd, Vec<String>, &ProbeSettings) -> Result<Box<dyn Collector>, String>;
+
+/// Every probe, toggled by `--[no-]probe.NAME`.
 pub const ALL: &[ProbeSpec] = &[
     ProbeSpec {
         name: "runqlat",
         help: "Run-queue latency histogram (sched tracepoints)",
+        default_enabled: true,
         collector: runqlat::COLLECTOR,
         modes: runqlat::MODES,
         map: runqlat::MAP,
-        value_size: runqlat::VALUE_SIZE,
         load: runqlat::load,
         build: runqlat::collector,
     },
     ProbeSpec {
         name: "cachestat",
         help: "Page-cache accesses, misses and dirtied pages (filemap tracepoints)",
+        default_enabled: true,
         collector: cachestat::COLLECTOR,
         modes: cachestat::MODES,
         map: cachestat::MAP,
-        value_size: cachestat::VALUE_SIZE,
         load: cachestat::load,
         build: cachestat::collector,
     },
     ProbeSpec {
         name: "drops",
         help: "Packet drops by kernel drop reason (skb:kfree_skb)",
+        default_enabled: true,
         collector: drops::COLLECTOR,
         modes: drops::MODES,
         map: drops::MAP,
-        value_size: drops::VALUE_SIZE,
         load: drops::load,
         build: drops::collector,
+    },
+    ProbeSpec {
+        name: "biolatency",
+        help: "Block I/O latency histogram per disk and op (block_rq_issue/complete tracepoints); off by default: two program runs with hash lookups per I/O",
+        default_enabled: false,
+        collector: biolatency::COLLECTOR,
+        modes: biolatency::MODES,
+        map: biolatency::MAP,
+        load: biolatency::load,
+        build: biolatency::collector,
+    },
+    ProbeSpec {
+        name: "softirq",
+        help: "Softirq time and entries per CPU and vector, raise-to-entry latency histogram (softirq tracepoints); off by default: three program runs per softirq",
+        default_enabled: false,
+        collector: softirq::COLLECTOR,
+        modes: softirq::MODES,
+        map: softirq::MAP,
+        load: softirq::load,
+        build: softirq::collector,
     },
 ];
 
@@ -107,6 +139,9 @@ pub struct ProbeSettings {
     pub runqlat_per_cpu: bool,
     /// `--probe.runqlat.max-tasks`: entries of the LRU start-time map.
     pub runqlat_max_tasks: u32,
+    /// `--probe.runqlat.start-map=lru-hash`: use the LRU hash even where
+    /// task-local storage works (to compare them).
+    pub runqlat_lru_start_map: bool,
     /// `--probe.drops.protocol-label`: a `protocol` label on drops.
     pub drops_protocol_label: bool,
     /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
@@ -120,6 +155,7 @@ impl Default for ProbeSettings {
             enabled: Vec::new(),
             runqlat_per_cpu: false,
             runqlat_max_tasks: DEFAULT_RUNQLAT_MAX_TASKS,
+            runqlat_lru_start_map: false,
             drops_protocol_label: false,
             bpf_stats: false,
         }
@@ -139,7 +175,14 @@ pub fn add_args(cmd: Command) -> Command {
             .long("probe.runqlat.max-tasks")
             .default_value("10240")
             .value_parser(value_parser!(u32).range(1..))
-            .help("Size of the runqlat start-time map (LRU): runnable tasks tracked at once"),
+            .help("Size of the runqlat start-time map when it is the LRU hash (kernels without task storage, or --probe.runqlat.start-map=lru-hash): runnable tasks tracked at once"),
+    )
+    .arg(
+        Arg::new("probe.runqlat.start-map")
+            .long("probe.runqlat.start-map")
+            .default_value("auto")
+            .value_parser(["auto", "lru-hash"])
+            .help("Where runqlat keeps each task's runnable-since time: auto (task-local storage, or the LRU hash where the kernel refuses it) or lru-hash"),
     )
     .arg(
         Arg::new("probe.drops.protocol-label")
@@ -177,6 +220,9 @@ pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSetting
             .get_one::<u32>("probe.runqlat.max-tasks")
             .copied()
             .unwrap_or(DEFAULT_RUNQLAT_MAX_TASKS),
+        runqlat_lru_start_map: m
+            .get_one::<String>("probe.runqlat.start-map")
+            .is_some_and(|v| v == "lru-hash"),
         drops_protocol_label: m.get_flag("probe.drops.protocol-label"),
         bpf_stats: m.get_flag("probe.bpf-stats"),
     }
@@ -302,6 +348,7 @@ mod tests {
         assert_eq!(c.probes.runqlat_max_tasks, 10240);
         assert!(!c.probes.drops_protocol_label);
         assert!(!c.probes.bpf_stats, "opt-in");
+        assert!(!c.probes.runqlat_lru_start_map);
         assert_eq!(c.probes.enabled, ["runqlat", "cachestat", "drops"]);
         let c = crate::cli::parse([
             "usescope",
@@ -317,6 +364,19 @@ mod tests {
         assert_eq!(c.probes.runqlat_max_tasks, 64);
         assert!(c.probes.drops_protocol_label);
         assert_eq!(c.probes.enabled, ["runqlat", "drops"]);
+        let c = crate::cli::parse([
+            "usescope",
+            "--probe.biolatency",
+            "--probe.softirq",
+            "--probe.runqlat.start-map=lru-hash",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.probes.enabled,
+            ["runqlat", "cachestat", "drops", "biolatency", "softirq"]
+        );
+        assert!(c.probes.runqlat_lru_start_map);
+        assert!(crate::cli::parse(["usescope", "--probe.runqlat.start-map=hash"]).is_err());
         let c =
             crate::cli::parse(["usescope", "--probe.bpf-stats", "--no-probe.bpf-stats"]).unwrap();
         assert!(!c.probes.bpf_stats, "the last one wins");

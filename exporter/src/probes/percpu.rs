@@ -1,14 +1,17 @@
-//! Reads a one-entry per-CPU array map into a reused buffer.
+//! Reads per-CPU maps into reused buffers.
 //!
-//! Each probe keeps all its counters in one struct-valued entry, so one
-//! `BPF_MAP_LOOKUP_ELEM` returns every counter of every CPU. aya's
-//! `PerCpuArray::get` would allocate a fresh boxed slice per read; this
-//! reader issues the same syscall into a `Vec<u64>` it keeps, so a scrape
-//! allocates nothing here.
+//! [`PerCpuStruct`]: most probes keep all their counters in one
+//! struct-valued entry of a per-CPU array, so one `BPF_MAP_LOOKUP_ELEM`
+//! returns every counter of every CPU. [`PerCpuHash`]: biolatency keys its
+//! histograms by (device, op), which only the kernel side discovers, so it
+//! uses a per-CPU hash with 8-byte keys. aya's per-CPU lookups would
+//! allocate a fresh boxed slice per read; these readers issue the same
+//! syscalls into `Vec<u64>`s they keep, so a scrape allocates nothing here
+//! once the buffers have grown to the number of keys.
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use aya::maps::{MapData, MapType};
+use aya::maps::{MapData, MapInfo, MapType};
 
 use super::sys;
 
@@ -20,26 +23,13 @@ pub struct PerCpuStruct {
 }
 
 impl PerCpuStruct {
-    /// Wraps the map behind `fd` (handed over by the probe loader), after
-    /// checking with the kernel that it is a per-CPU array whose value is
-    /// exactly `value_size` bytes (the Rust mirror's `size_of`).
+    /// Wraps the map behind `fd` (handed over by the probe loader), a
+    /// per-CPU array whose value is `value_size` bytes (checked).
     pub fn from_fd(name: &str, fd: OwnedFd, value_size: usize) -> Result<PerCpuStruct, String> {
-        let map = MapData::from_fd(fd).map_err(|e| format!("map {name}: {e}"))?;
-        let info = map
-            .info()
-            .map_err(|e| format!("map {name}: reading map info: {e}"))?;
-        if !matches!(info.map_type(), Ok(MapType::PerCpuArray)) || info.max_entries() < 1 {
-            return Err(format!("map {name} is not a per-CPU array"));
-        }
-        if info.value_size() as usize != value_size || !value_size.is_multiple_of(8) {
-            return Err(format!(
-                "map {name}: kernel value size {} != {value_size} expected by usescope \
-                 (ebpf-probes/usescope.h and probes/layout.rs disagree)",
-                info.value_size()
-            ));
-        }
-        let cpus = aya::util::nr_cpus()
-            .map_err(|(path, e)| format!("counting possible CPUs from {path}: {e}"))?;
+        let map = open_checked(name, fd, value_size, "a per-CPU array", |info| {
+            matches!(info.map_type(), Ok(MapType::PerCpuArray)) && info.max_entries() >= 1
+        })?;
+        let cpus = possible_cpus()?;
         let words = value_size / 8;
         Ok(PerCpuStruct {
             map,
@@ -66,5 +56,109 @@ impl PerCpuStruct {
         self.cpus()
             .map(|c| c.get(i).copied().unwrap_or(0))
             .fold(0u64, u64::wrapping_add)
+    }
+}
+
+/// The map behind `fd` (handed over by the probe loader), after checking
+/// with the kernel that it is `kind` and that its value is exactly
+/// `value_size` bytes (the Rust mirror's `size_of`).
+fn open_checked(
+    name: &str,
+    fd: OwnedFd,
+    value_size: usize,
+    kind: &str,
+    is_kind: impl FnOnce(&MapInfo) -> bool,
+) -> Result<MapData, String> {
+    let map = MapData::from_fd(fd).map_err(|e| format!("map {name}: {e}"))?;
+    let info = map
+        .info()
+        .map_err(|e| format!("map {name}: reading map info: {e}"))?;
+    if !is_kind(&info) {
+        return Err(format!("map {name} is not {kind}"));
+    }
+    let kernel = info.value_size();
+    if kernel as usize != value_size || !value_size.is_multiple_of(8) {
+        return Err(format!(
+            "map {name}: kernel value size {kernel} != {value_size} expected by usescope \
+             (ebpf-probes/usescope.h and probes/layout.rs disagree)"
+        ));
+    }
+    Ok(map)
+}
+
+fn possible_cpus() -> Result<usize, String> {
+    aya::util::nr_cpus().map_err(|(path, e)| format!("counting possible CPUs from {path}: {e}"))
+}
+
+/// A per-CPU hash map with u64 keys, read whole at each scrape.
+pub struct PerCpuHash {
+    map: MapData,
+    words: usize,
+    cpus: usize,
+    /// The keys of the last read, in the order the kernel listed them.
+    keys: Vec<u64>,
+    /// Each key's per-CPU values, `cpus * words` words per key.
+    values: Vec<u64>,
+}
+
+impl PerCpuHash {
+    /// Wraps the map behind `fd` after checking with the kernel that it is
+    /// a per-CPU hash with 8-byte keys and `value_size`-byte values.
+    pub fn from_fd(name: &str, fd: OwnedFd, value_size: usize) -> Result<PerCpuHash, String> {
+        let kind = "a per-CPU hash with 8-byte keys";
+        let map = open_checked(name, fd, value_size, kind, |info| {
+            matches!(info.map_type(), Ok(MapType::PerCpuHash)) && info.key_size() == 8
+        })?;
+        Ok(PerCpuHash {
+            map,
+            words: value_size / 8,
+            cpus: possible_cpus()?,
+            keys: Vec::new(),
+            values: Vec::new(),
+        })
+    }
+
+    /// Reads every key and its per-CPU values. A key deleted between
+    /// listing and lookup (usescope never deletes) is skipped.
+    pub fn read(&mut self) -> std::io::Result<()> {
+        self.keys.clear();
+        let fd = self.map.fd().as_fd();
+        let mut prev = None;
+        // SAFETY: the key size was checked to be 8 in `from_fd`.
+        while let Some(k) = unsafe { sys::next_key(fd, prev.as_ref()) }? {
+            self.keys.push(k);
+            prev = Some(k);
+        }
+        let per_key = self.cpus * self.words;
+        self.values.resize(self.keys.len() * per_key, 0);
+        let mut kept = 0;
+        for i in 0..self.keys.len() {
+            let key = self.keys[i];
+            let buf = &mut self.values[kept * per_key..(kept + 1) * per_key];
+            // SAFETY: 8-byte key (checked); `buf` holds possible_cpus *
+            // value_size bytes, value_size a multiple of 8 (checked).
+            match unsafe { sys::lookup_percpu_key(fd, &key, buf) } {
+                Ok(()) => {
+                    self.keys[kept] = key;
+                    kept += 1;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.keys.truncate(kept);
+        Ok(())
+    }
+
+    /// Each key of the last read with its per-CPU values (one chunk of
+    /// u64 words per possible CPU).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, std::slice::ChunksExact<'_, u64>)> {
+        let per_key = self.cpus * self.words;
+        self.keys.iter().enumerate().map(move |(i, &k)| {
+            (
+                k,
+                self.values[i * per_key..(i + 1) * per_key].chunks_exact(self.words),
+            )
+        })
     }
 }

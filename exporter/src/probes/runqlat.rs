@@ -1,16 +1,18 @@
 //! Run-queue latency: `usescope_runqueue_latency_seconds`, a histogram of
 //! the time from a task becoming runnable (wakeup, or switched out while
 //! still runnable) to it running, plus `usescope_runqueue_latency_missed_total`.
+//! Buckets: see [`super::log2_hist`].
 //!
-//! Buckets are log2 from 1 µs to 2^24 µs (16.8 s): `le = 1e-6 * 2^k`, and a
-//! value goes into the first bucket with `le >= v` (ceil, unlike bcc's
-//! floor), so every `le` is a true upper bound. `_sum` is exact: the kernel
-//! adds nanoseconds into a per-CPU u64.
+//! The runnable-since time of each task is kept in task-local storage
+//! where the kernel allows it (no hashing, freed with the task, so PID
+//! churn loses nothing), else in a bounded LRU hash keyed by pid, which
+//! evicts under churn. Two objects are built from one C source for this
+//! (ebpf-probes/runqlat.bpf.c), and the mode name says which one runs:
+//! `usescope_probe_info{probe="runqlat",mode="tp_btf+task_storage"}`.
 
-use super::layout::{
-    RUNQLAT_BUCKETS, RUNQLAT_MISSED_WORD, RUNQLAT_OVERFLOW, RUNQLAT_SUM_WORD, RunqlatHist,
-};
+use super::layout::{LOG2_HIST_BUCKETS, RUNQLAT_MISSED_WORD, RUNQLAT_SUM_WORD, RunqlatHist};
 use super::loader::{self, Kind, Mode, ProbeError};
+use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
@@ -25,21 +27,31 @@ const LATENCY: Desc = Desc::histogram(
 );
 const MISSED: Desc = Desc::counter(
     "usescope_runqueue_latency_missed_total",
-    "Switch-ins not measured because no start time was recorded (task runnable since before attach, or evicted from the bounded start map).",
+    "Switch-ins not measured because no start time was recorded (task runnable since before attach, or evicted from the LRU start map of the lru_hash modes).",
 );
 
+const BTF_PROGRAMS: &[(&str, &str)] = &[
+    ("us_rq_wake_btf", "sched_wakeup"),
+    ("us_rq_wknew_btf", "sched_wakeup_new"),
+    ("us_rq_swtch_btf", "sched_switch"),
+];
+
+/// The modes, best first. The first is in the task-storage object
+/// ([`loader::RUNQLAT_OBJ`]), the others in the LRU one
+/// ([`loader::RUNQLAT_LRU_OBJ`]); see [`load`].
 pub const MODES: &[Mode] = &[
     Mode {
-        name: "tp_btf",
+        name: "tp_btf+task_storage",
         kind: Kind::BtfTracePoint,
-        programs: &[
-            ("us_rq_wake_btf", "sched_wakeup"),
-            ("us_rq_wknew_btf", "sched_wakeup_new"),
-            ("us_rq_swtch_btf", "sched_switch"),
-        ],
+        programs: BTF_PROGRAMS,
     },
     Mode {
-        name: "raw_tp",
+        name: "tp_btf+lru_hash",
+        kind: Kind::BtfTracePoint,
+        programs: BTF_PROGRAMS,
+    },
+    Mode {
+        name: "raw_tp+lru_hash",
         kind: Kind::RawTracePoint,
         programs: &[
             ("us_rq_wake_raw", "sched_wakeup"),
@@ -48,85 +60,62 @@ pub const MODES: &[Mode] = &[
         ],
     },
 ];
-
-/// The bucket of a latency in nanoseconds: the smallest k with
-/// 1 µs · 2^k >= ns, or [`RUNQLAT_OVERFLOW`] past 2^24 µs. Mirrors
-/// `bucket_of` in ebpf-probes/runqlat.bpf.c.
-pub fn bucket_of(ns: u64) -> usize {
-    let us = ns.div_ceil(1000);
-    if us <= 1 {
-        return 0;
-    }
-    let k = (64 - (us - 1).leading_zeros()) as usize;
-    if k < RUNQLAT_BUCKETS {
-        k
-    } else {
-        RUNQLAT_OVERFLOW
-    }
-}
-
-/// Upper bound of bucket k in seconds.
-pub fn le_of(k: usize) -> f64 {
-    (1u64 << k) as f64 / 1e6
-}
+const TASK_STORAGE_MODES: &[Mode] = MODES.split_at(1).0;
+const LRU_MODES: &[Mode] = MODES.split_at(1).1;
 
 /// The per-CPU map the collector reads, and its value.
 pub const MAP: &str = "us_rq_hist";
-pub const VALUE_SIZE: usize = size_of::<RunqlatHist>();
+const VALUE_SIZE: usize = size_of::<RunqlatHist>();
 
-/// In the probe loader process: load and attach.
+/// In the probe loader process: load and attach, on task storage unless
+/// the kernel refuses it (map type or helper unknown, no tracing programs)
+/// or `--probe.runqlat.start-map=lru-hash` asks for the LRU hash.
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let max_tasks = settings.runqlat_max_tasks;
-    loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, MODES, |l| {
-        l.map_max_entries("us_rq_start", max_tasks);
-    })
+    let lru = || {
+        loader::load_and_attach(loader::RUNQLAT_LRU_OBJ, &kernel.btf, LRU_MODES, |l| {
+            l.map_max_entries("us_rq_start", max_tasks);
+        })
+    };
+    if settings.runqlat_lru_start_map {
+        return lru();
+    }
+    // aya 0.14 creates the task-storage map like any other but has no
+    // wrapper type for it; without this it would refuse the object.
+    let task_storage =
+        loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, TASK_STORAGE_MODES, |l| {
+            l.allow_unsupported_maps();
+        });
+    match task_storage {
+        Ok(loaded) => Ok(loaded),
+        Err(task_storage) => {
+            tracing::info!(probe = "runqlat", cause = %task_storage, "task storage refused; falling back to the LRU hash start map");
+            lru().map_err(|e| ProbeError(format!("{}; {}", task_storage.0, e.0)))
+        }
+    }
 }
 
 /// In the daemon: the collector over the handed-over histogram map.
 pub fn collector(
-    hist: PerCpuStruct,
+    map: std::os::fd::OwnedFd,
     _names: Vec<String>,
     settings: &ProbeSettings,
-) -> Box<dyn Collector> {
-    Box::new(RunqlatCollector {
-        hist,
+) -> Result<Box<dyn Collector>, String> {
+    Ok(Box::new(RunqlatCollector {
+        hist: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
         per_cpu: settings.runqlat_per_cpu,
-        slots: [0; RUNQLAT_BUCKETS + 1],
-        buckets: Vec::with_capacity(RUNQLAT_BUCKETS),
-    })
+        slots: [0; LOG2_HIST_BUCKETS + 1],
+        buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
+    }))
 }
 
 struct RunqlatCollector {
     hist: PerCpuStruct,
     per_cpu: bool,
     /// Per-bucket counts being summed, reused across scrapes.
-    slots: [u64; RUNQLAT_BUCKETS + 1],
+    slots: Slots,
     /// (le, cumulative count) handed to the encoder, reused.
     buckets: Vec<(f64, u64)>,
-}
-
-/// Encodes per-bucket counts and a nanosecond sum as one histogram series.
-fn write(
-    enc: &mut Encoder,
-    buckets: &mut Vec<(f64, u64)>,
-    slots: &[u64; RUNQLAT_BUCKETS + 1],
-    labels: &[(&str, &str)],
-    sum_ns: u64,
-) {
-    buckets.clear();
-    let mut cumulative = 0u64;
-    for (k, n) in slots[..RUNQLAT_BUCKETS].iter().enumerate() {
-        cumulative = cumulative.wrapping_add(*n);
-        buckets.push((le_of(k), cumulative));
-    }
-    let count = cumulative.wrapping_add(slots[RUNQLAT_OVERFLOW]);
-    enc.histogram(&LATENCY, labels, buckets, sum_ns as f64 / 1e9, count);
-}
-
-fn add_cpu(slots: &mut [u64; RUNQLAT_BUCKETS + 1], cpu: &[u64]) {
-    for (s, v) in slots.iter_mut().zip(cpu) {
-        *s = s.wrapping_add(*v);
-    }
 }
 
 impl Collector for RunqlatCollector {
@@ -136,22 +125,29 @@ impl Collector for RunqlatCollector {
             .map_err(|e| CollectError::other("bpf map us_rq_hist", e.to_string()))?;
         enc.family(&LATENCY);
         let mut sum_ns = 0u64;
-        self.slots = [0; RUNQLAT_BUCKETS + 1];
+        self.slots = [0; LOG2_HIST_BUCKETS + 1];
         for (i, cpu) in self.hist.cpus().enumerate() {
             let cpu_sum = cpu.get(RUNQLAT_SUM_WORD).copied().unwrap_or(0);
             if self.per_cpu {
-                self.slots = [0; RUNQLAT_BUCKETS + 1];
-                add_cpu(&mut self.slots, cpu);
+                self.slots = [0; LOG2_HIST_BUCKETS + 1];
+                log2_hist::add_cpu(&mut self.slots, cpu);
                 let mut label = [0u8; 20];
                 let labels = [("cpu", u64_label(i as u64, &mut label))];
-                write(enc, &mut self.buckets, &self.slots, &labels, cpu_sum);
+                log2_hist::write(
+                    enc,
+                    &LATENCY,
+                    &mut self.buckets,
+                    &self.slots,
+                    &labels,
+                    cpu_sum,
+                );
             } else {
-                add_cpu(&mut self.slots, cpu);
+                log2_hist::add_cpu(&mut self.slots, cpu);
                 sum_ns = sum_ns.wrapping_add(cpu_sum);
             }
         }
         if !self.per_cpu {
-            write(enc, &mut self.buckets, &self.slots, &[], sum_ns);
+            log2_hist::write(enc, &LATENCY, &mut self.buckets, &self.slots, &[], sum_ns);
         }
         enc.family(&MISSED);
         enc.sample(&MISSED, &[], self.hist.sum(RUNQLAT_MISSED_WORD));
@@ -164,46 +160,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_true_upper_bounds() {
-        assert_eq!(bucket_of(0), 0);
-        assert_eq!(bucket_of(1), 0);
-        assert_eq!(bucket_of(1000), 0, "exactly 1 µs is in le=1e-6");
-        assert_eq!(bucket_of(1001), 1);
-        assert_eq!(bucket_of(2000), 1);
-        assert_eq!(bucket_of(2001), 2);
-        assert_eq!(bucket_of(3_000), 2);
-        assert_eq!(bucket_of(4_000), 2);
-        assert_eq!(bucket_of(4_001), 3);
-        // 2^24 µs = 16.777216 s is the last finite bucket.
-        let top = (1u64 << 24) * 1000;
-        assert_eq!(bucket_of(top), 24);
-        assert_eq!(bucket_of(top + 1), RUNQLAT_OVERFLOW);
-        assert_eq!(bucket_of(u64::MAX), RUNQLAT_OVERFLOW);
-        // Every value is <= its bucket's le and > the previous le.
-        for ns in [
-            1u64,
-            999,
-            1000,
-            1001,
-            123_456,
-            7_999_999,
-            10_000_000_000,
-            top,
-        ] {
-            let k = bucket_of(ns);
-            let v = ns as f64 / 1e9;
-            assert!(v <= le_of(k) + 1e-15, "{ns} ns > le {}", le_of(k));
-            if k > 0 {
-                assert!(v > le_of(k - 1), "{ns} ns <= previous le {}", le_of(k - 1));
-            }
-        }
-    }
-
-    #[test]
-    fn le_values() {
-        assert_eq!(le_of(0), 1e-6);
-        assert_eq!(le_of(1), 2e-6);
-        assert_eq!(le_of(10), 0.001024);
-        assert_eq!(le_of(24), 16.777216);
+    fn task_storage_is_tried_first_and_lru_modes_follow() {
+        assert_eq!(TASK_STORAGE_MODES.len(), 1);
+        assert!(TASK_STORAGE_MODES[0].name.ends_with("+task_storage"));
+        assert!(LRU_MODES.iter().all(|m| m.name.ends_with("+lru_hash")));
+        assert_eq!(TASK_STORAGE_MODES.len() + LRU_MODES.len(), MODES.len());
     }
 }

@@ -1,4 +1,4 @@
-//! The three `bpf(2)` commands usescope issues itself rather than through
+//! The `bpf(2)` commands usescope issues itself rather than through
 //! aya, each for a reason aya's API does not cover:
 //!
 //! - [`raw_tracepoint_open`]: aya keeps a link's fd private, and the probe
@@ -6,8 +6,8 @@
 //! - [`prog_run_stats`]: aya builds `ProgramInfo` only from a program it
 //!   loaded itself, a pin or by walking every program on the host (which
 //!   needs CAP_SYS_ADMIN), not from a handed-over fd;
-//! - [`lookup_percpu`]: aya's per-CPU lookup allocates a fresh slice on
-//!   every read; this one fills a buffer the caller keeps.
+//! - [`lookup_percpu`] and [`next_key`]: aya's per-CPU lookups allocate a
+//!   fresh slice on every read; these fill buffers the caller keeps.
 //!
 //! All unsafe code of the probes' user side is here.
 
@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Command numbers from include/uapi/linux/bpf.h.
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 
@@ -129,18 +130,57 @@ struct LookupAttr {
 /// `buf` must hold at least possible_cpus * round_up(value_size, 8) bytes
 /// for the map's value_size: that is what the kernel writes.
 pub unsafe fn lookup_percpu(map: BorrowedFd<'_>, buf: &mut [u64]) -> io::Result<()> {
-    let key: u32 = 0;
+    // SAFETY: the key of a per-CPU array is a u32; the caller's guarantee
+    // about `buf` is passed on.
+    unsafe { lookup_percpu_key(map, &0u32, buf) }
+}
+
+/// Looks up `key` of a per-CPU map into `buf`.
+///
+/// # Safety
+/// `K` must be exactly the map's key size, and `buf` must hold at least
+/// possible_cpus * round_up(value_size, 8) bytes for the map's value_size:
+/// that is what the kernel writes.
+pub unsafe fn lookup_percpu_key<K>(
+    map: BorrowedFd<'_>,
+    key: &K,
+    buf: &mut [u64],
+) -> io::Result<()> {
     let attr = LookupAttr {
         map_fd: map.as_raw_fd() as u32,
         _pad: 0,
-        key: &key as *const u32 as u64,
+        key: key as *const K as u64,
         value: buf.as_mut_ptr() as u64,
         flags: 0,
     };
     // SAFETY: LookupAttr is the map-element attr; the caller guarantees
-    // `buf` is as large as what the kernel writes to `value`.
+    // `key` and `buf` match the map's key and value sizes.
     unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) }?;
     Ok(())
+}
+
+/// The key after `prev` in a hash map with u64 keys (the first key when
+/// `prev` is None), or None past the last.
+///
+/// # Safety
+/// The map's key size must be 8 bytes: that is what the kernel reads from
+/// `prev` and writes to the returned key.
+pub unsafe fn next_key(map: BorrowedFd<'_>, prev: Option<&u64>) -> io::Result<Option<u64>> {
+    let mut next = 0u64;
+    let attr = LookupAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: prev.map_or(0, |k| k as *const u64 as u64),
+        value: &mut next as *mut u64 as u64,
+        flags: 0,
+    };
+    // SAFETY: the map-element attr, with `value` read by the kernel as
+    // next_key; both point at 8-byte keys, as the caller guarantees.
+    match unsafe { bpf(BPF_MAP_GET_NEXT_KEY, &attr) } {
+        Ok(_) => Ok(Some(next)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
