@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
-/// `_IOC(dir, 0x94, nr, size)` of linux/btrfs.h.
+/// `_IOC(dir, 0x94, nr, size)` of the kernel's include/uapi/linux/btrfs.h.
 const fn ioc(dir: u64, nr: u64, size: usize) -> u64 {
     (dir << 30) | ((size as u64) << 16) | (0x94 << 8) | nr
 }
