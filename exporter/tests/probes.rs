@@ -799,6 +799,9 @@ fn status_kb(pid: u32, field: &str) -> u64 {
 /// of heap); the daemon's high-water mark stays that of a /proc exporter.
 /// The exact number and the 10 MB target are bench/run.py's business; this
 /// bound only catches loading creeping back into the daemon (46 MB then).
+/// It is a debug build, whose resident code grows with every collector
+/// (20.6 MB with the 49 node_exporter collectors and five probes), so the
+/// bound sits between that and the regression.
 #[test]
 fn the_daemon_never_holds_the_btf_parse() {
     if !can_run_bpf() {
@@ -813,7 +816,7 @@ fn the_daemon_never_holds_the_btf_parse() {
         }
     }
     let hwm = status_kb(d.child.id(), "VmHWM");
-    assert!(hwm < 20 * 1024, "daemon VmHWM {hwm} kB");
+    assert!(hwm < 30 * 1024, "daemon VmHWM {hwm} kB");
     assert!(d.stop().success());
 }
 
