@@ -231,7 +231,7 @@ def main():
                 full and full[0]["labels"].get("severity") == "page"
                 and [x["name"] for x in full[0]["receivers"]] == ["page"], full)
         r.check("ConntrackTableFull's description renders the use as 95%",
-                full and "is 95% full" in full[0]["annotations"].get("description", ""), full)
+                full and "reached 95% full" in full[0]["annotations"].get("description", ""), full)
         r.check("ConntrackTableFull links its runbook section",
                 full and full[0]["annotations"].get("runbook_url", "").endswith("docs/runbooks.md#conntracktablefull"), full)
         nearly = find(alerts, "ConntrackTableNearlyFull", instance=instance)
