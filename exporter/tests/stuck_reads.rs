@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::hangfs::{HungMount, SIGSTOP, SIGTERM};
+use common::hangfs::{HungMount, SIGSTOP};
 use common::{Daemon, http_get, sample};
 
 /// A copy of the fixture procfs whose `loadavg` points into the mount.
@@ -122,24 +122,5 @@ fn fuse_server_holding_a_read_costs_one_collector() {
     let tree = tree_with_loadavg_in(&mount.dir);
     let mut d = start(tree.path());
     assert_deadline_then_skip(&d);
-    common::hangfs::signal(d.child.id(), SIGTERM);
-    assert!(
-        d.wait_for_log("usescope stopped", Duration::from_secs(5))
-            .is_some(),
-        "shutdown did not finish within 5 s:\n{}",
-        d.log().join("\n")
-    );
-    drop(mount);
-    let end = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(s) = d.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < end,
-            "still running after the mount was released"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status:?}");
+    common::hangfs::assert_sigterm_exits_past(&mut d, mount);
 }

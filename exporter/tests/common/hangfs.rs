@@ -95,3 +95,30 @@ impl Drop for HungMount {
         let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
     }
 }
+
+/// Sends SIGTERM to `d`, which has a call stuck in `mount` that does not
+/// return: its shutdown must finish within 5 s all the same, and once the
+/// mount is released (which ends the stuck call) the process must exit
+/// successfully within 5 s.
+pub fn assert_sigterm_exits_past(d: &mut super::Daemon, mount: HungMount) {
+    signal(d.child.id(), SIGTERM);
+    assert!(
+        d.wait_for_log("usescope stopped", Duration::from_secs(5))
+            .is_some(),
+        "shutdown did not finish within 5 s:\n{}",
+        d.log().join("\n")
+    );
+    drop(mount);
+    let end = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < end,
+            "still running after the mount was released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}
