@@ -157,12 +157,8 @@ impl EdacCollector {
 impl Collector for EdacCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        if let Err(e) = self.read() {
-            self.families.clear();
-            return Err(e);
-        }
-        self.families.write(enc);
-        Ok(())
+        let read = self.read();
+        self.families.write_or_discard(enc, read)
     }
 }
 

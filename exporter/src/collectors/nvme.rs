@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -92,14 +92,6 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
     })
 }
 
-fn sorted_names(dir: &Path) -> std::io::Result<Vec<String>> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
-    Ok(names)
-}
-
 impl NvmeCollector {
     fn read(&mut self, devices: Vec<String>) -> Result<(), CollectError> {
         let f = &mut self.families;
@@ -125,7 +117,7 @@ impl NvmeCollector {
                 ],
                 1.0,
             );
-            let entries = sorted_names(&dir).map_err(|e| CollectError::io(&dir, e))?;
+            let entries = sorted_names(&dir)?;
             for entry in entries {
                 let Some(nsid) = namespace_pattern()
                     .captures(&entry)
@@ -159,17 +151,8 @@ impl NvmeCollector {
 impl Collector for NvmeCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let devices = match sorted_names(&self.class) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&self.class, e)),
-        };
-        if let Err(e) = self.read(devices) {
-            self.families.clear();
-            return Err(e);
-        }
-        self.families.write(enc);
-        Ok(())
+        let read = sorted_names(&self.class).and_then(|devices| self.read(devices));
+        self.families.write_or_discard(enc, read)
     }
 }
 
