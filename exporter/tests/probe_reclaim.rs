@@ -166,13 +166,13 @@ fn stalls_match_the_kernels_counters_under_cgroup_memory_pressure() {
 
     // A reader of 4x the limit must have hit it, many times.
     assert!(own >= 20, "only {own} limit hits: no pressure was made");
-    assert!(
-        memcg >= own as f64,
-        "probe +{memcg} below this cgroup's own {own} limit hits"
-    );
     // Limit hits and reclaims agree within 2% (measured equal; a failed
     // charge retried without reclaim would count a hit and no reclaim).
     let slack = |n: u64| (n as f64 * 0.02).max(2.0);
+    assert!(
+        memcg >= own as f64 - slack(own),
+        "probe +{memcg} below this cgroup's own {own} limit hits"
+    );
     assert_between(
         "memcg reclaims vs limit hits (all cgroups)",
         inner1.0 - inner0.0,
@@ -180,11 +180,15 @@ fn stalls_match_the_kernels_counters_under_cgroup_memory_pressure() {
         hits1 - hits0,
         slack(hits1 - hits0),
     );
-    assert!(
-        memcg_sum > 0.0 && memcg_sum <= workload.as_secs_f64(),
-        "memcg stall time {memcg_sum} s within a {:?} read",
-        workload
-    );
+    // The stall time is the reader's alone, and within its run time,
+    // unless another cgroup on the host reclaimed in the same window.
+    assert!(memcg_sum > 0.0, "no memcg stall time measured");
+    if hits1 - hits0 == own {
+        assert!(
+            memcg_sum <= workload.as_secs_f64(),
+            "memcg stall time {memcg_sum} s within a {workload:?} read"
+        );
+    }
     // Global direct reclaim: the very calls allocstall counts, exactly.
     assert_between(
         "global direct reclaim vs allocstall_*",
