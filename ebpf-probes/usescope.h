@@ -72,6 +72,21 @@ struct softirq_counts {
 	__u64 raised_at[SOFTIRQ_VECS];
 };
 
+/*
+ * reclaim: one latency histogram per stall kind (RECLAIM_KIND_*), per CPU:
+ * direct reclaim because the host ran short, reclaim because a memory
+ * cgroup hit its limit, and a zone compacted by an allocating task.
+ */
+#define RECLAIM_KIND_GLOBAL 0
+#define RECLAIM_KIND_MEMCG 1
+#define RECLAIM_KIND_COMPACTION 2
+#define RECLAIM_KINDS 3
+
+struct reclaim_hists {
+	__u64 slots[RECLAIM_KINDS][LOG2_HIST_BUCKETS + 1];
+	__u64 sum_ns[RECLAIM_KINDS];
+};
+
 /* cachestat: pages, not calls. */
 struct cachestat_counts {
 	__u64 accesses;

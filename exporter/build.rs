@@ -24,6 +24,7 @@ const PROBES: &[(&str, &str, &[&str])] = &[
     ("drops", "drops", &[]),
     ("biolatency", "biolatency", &[]),
     ("softirq", "softirq", &[]),
+    ("reclaim", "reclaim", &[]),
 ];
 
 fn main() {

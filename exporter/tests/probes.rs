@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use common::bpf_objects::{self, probe_up};
 use common::{Daemon, can_run_bpf, sample, sum_of};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -25,20 +26,6 @@ fn serial() -> MutexGuard<'static, ()> {
 
 /// Only the probe collectors and their status: quicker scrapes, less noise.
 const ARGS: &[&str] = &["--collector.disable-defaults", "--collector.loadavg"];
-
-/// Whether `probe` is up. Down is a skip, and a failure in CI (a probe that
-/// silently reports 0 must not pass CI).
-fn probe_up(d: &Daemon, expo: &str, probe: &str) -> bool {
-    let up = sample(expo, &format!("usescope_probe_up{{probe=\"{probe}\"}}"));
-    if up == Some(1.0) {
-        return true;
-    }
-    let log = d.log().join("\n");
-    common::skip::unless_met(
-        false,
-        &format!("probe {probe} up (usescope_probe_up is {up:?}); log: {log}"),
-    )
-}
 
 fn drops(expo: &str, reason: &str) -> f64 {
     sample(
@@ -436,39 +423,6 @@ fn loaded_programs() -> Vec<(u32, String)> {
         .collect()
 }
 
-/// BPF object ids (`prog_id`, `map_id` or `link_id`) held by a process,
-/// from its fds' fdinfo.
-fn fdinfo_ids(pid: u32, field: &str) -> Vec<u32> {
-    let mut ids = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
-        let Ok(text) = std::fs::read_to_string(e.unwrap().path()) else {
-            continue;
-        };
-        ids.extend(
-            text.lines()
-                .filter_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-                .filter_map(|v| v.trim().parse::<u32>().ok()),
-        );
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
-/// Ids of every BPF program, map and link loaded on the host.
-fn loaded_ids() -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-    let progs = loaded_programs().into_iter().map(|(id, _)| id).collect();
-    let maps = aya::maps::loaded_maps()
-        .filter_map(Result::ok)
-        .map(|m| m.id())
-        .collect();
-    let links = aya::programs::loaded_links()
-        .filter_map(Result::ok)
-        .map(|l| l.id())
-        .collect();
-    (progs, maps, links)
-}
-
 #[test]
 fn sigterm_detaches_every_program() {
     if !can_run_bpf() {
@@ -484,7 +438,7 @@ fn sigterm_detaches_every_program() {
             return;
         }
     }
-    let ours = fdinfo_ids(d.child.id(), "prog_id");
+    let (ours, maps, links) = bpf_objects::objects_of(d.child.id());
     assert_eq!(
         ours.len(),
         12,
@@ -496,43 +450,14 @@ fn sigterm_detaches_every_program() {
         .collect();
     assert_eq!(names.len(), ours.len());
     assert!(names.iter().all(|(_, n)| n.starts_with("us_")), "{names:?}");
-    // Every map the programs use (start maps too, which only the programs
-    // hold), and every link the daemon holds.
-    let mut maps: Vec<u32> = aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| ours.contains(&p.id()))
-        .flat_map(|p| p.map_ids().ok().flatten().unwrap_or_default())
-        .collect();
-    maps.sort_unstable();
-    maps.dedup();
     assert!(
         maps.len() >= 8,
         "hist/start maps of runqlat and biolatency, cachestat's, drops', softirq's: {maps:?}"
     );
-    let links = fdinfo_ids(d.child.id(), "link_id");
     assert_eq!(links.len(), 12, "one link per program: {links:?}");
     let status = d.stop();
     assert!(status.success(), "exit status {status:?}");
-    // The kernel frees programs asynchronously (RCU, then a workqueue)
-    // after their last fd closes, so give it a moment.
-    let mut left = (vec![], vec![], vec![]);
-    for _ in 0..100 {
-        let (p, m, l) = loaded_ids();
-        left = (
-            p.into_iter().filter(|id| ours.contains(id)).collect(),
-            m.into_iter().filter(|id| maps.contains(id)).collect(),
-            l.into_iter().filter(|id| links.contains(id)).collect(),
-        );
-        if left.0.is_empty() && left.1.is_empty() && left.2.is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        left,
-        (vec![], vec![], vec![]),
-        "(programs, maps, links) that survived shutdown"
-    );
+    bpf_objects::assert_released(&ours, &maps, &links);
 }
 
 #[test]

@@ -47,6 +47,15 @@ pub struct SoftirqCounts {
     pub raised_at: [u64; SOFTIRQ_VECS],
 }
 
+/// Stall kinds (RECLAIM_KIND_* in the header), in index order.
+pub const RECLAIM_KINDS: usize = 3;
+
+#[repr(C)]
+pub struct ReclaimHists {
+    pub slots: [[u64; LOG2_HIST_BUCKETS + 1]; RECLAIM_KINDS],
+    pub sum_ns: [u64; RECLAIM_KINDS],
+}
+
 #[repr(C)]
 pub struct CachestatCounts {
     pub accesses: u64,
@@ -80,6 +89,8 @@ pub const SOFTIRQ_ENTRIES_WORD: usize = word(offset_of!(SoftirqCounts, entries))
 pub const SOFTIRQ_TIME_WORD: usize = word(offset_of!(SoftirqCounts, time_ns));
 pub const SOFTIRQ_LATENCY_SLOTS_WORD: usize = word(offset_of!(SoftirqCounts, latency_slots));
 pub const SOFTIRQ_LATENCY_SUM_WORD: usize = word(offset_of!(SoftirqCounts, latency_sum_ns));
+pub const RECLAIM_SLOTS_WORD: usize = word(offset_of!(ReclaimHists, slots));
+pub const RECLAIM_SUM_WORD: usize = word(offset_of!(ReclaimHists, sum_ns));
 pub const BIOLAT_SUM_WORD: usize = word(offset_of!(BiolatHist, sum_ns));
 pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
 pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
@@ -142,6 +153,10 @@ mod tests {
         }
         assert_eq!(define("BIOLAT_OPS"), BIOLAT_OP_NAMES.len());
         assert_eq!(define("SOFTIRQ_VECS"), SOFTIRQ_VECS);
+        assert_eq!(define("RECLAIM_KINDS"), RECLAIM_KINDS);
+        for (i, kind) in ["GLOBAL", "MEMCG", "COMPACTION"].iter().enumerate() {
+            assert_eq!(define(&format!("RECLAIM_KIND_{kind}")), i);
+        }
         assert_eq!(define("DROPS_CORE_SLOTS"), DROPS_CORE_SLOTS);
         assert_eq!(define("DROPS_SUBSYS_SHIFT"), DROPS_SUBSYS_SHIFT as usize);
         assert_eq!(define("DROPS_SUBSYS_MAX"), DROPS_SUBSYS_MAX);
@@ -191,6 +206,21 @@ mod tests {
             ]
         );
         assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
+        assert_eq!(
+            size_of::<ReclaimHists>(),
+            RECLAIM_KINDS * (LOG2_HIST_BUCKETS + 2) * 8
+        );
+        assert_eq!(
+            (RECLAIM_SLOTS_WORD, RECLAIM_SUM_WORD),
+            (0, RECLAIM_KINDS * (LOG2_HIST_BUCKETS + 1))
+        );
+        assert_eq!(
+            fields_of("reclaim_hists", "__u64"),
+            [
+                "slots[RECLAIM_KINDS][LOG2_HIST_BUCKETS + 1];",
+                "sum_ns[RECLAIM_KINDS];"
+            ]
+        );
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
         assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
         assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);

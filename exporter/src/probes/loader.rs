@@ -24,6 +24,8 @@ pub static RUNQLAT_LRU_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat_lru.bpf.o"));
 pub static SOFTIRQ_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
+pub static RECLAIM_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/reclaim.bpf.o"));
 pub static BIOLATENCY_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/biolatency.bpf.o"));
 pub static CACHESTAT_OBJ: &[u8] =

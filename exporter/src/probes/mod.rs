@@ -1,5 +1,5 @@
 //! eBPF probes (run-queue latency, page cache, packet drops, block I/O
-//! latency, softirqs), loaded with aya. Each probe becomes a
+//! latency, softirqs, reclaim stalls), loaded with aya. Each probe becomes a
 //! [`crate::collector::Collector`] that reads its per-CPU map at scrape
 //! time.
 //!
@@ -18,9 +18,10 @@
 //! - [`fd_passing`]: one message of bytes plus fds (SCM_RIGHTS);
 //! - [`loader`]: the embedded objects and run-time hook selection;
 //! - one module per probe ([`runqlat`], [`cachestat`], [`drops`],
-//!   [`biolatency`], [`softirq`]): its modes (program, tracepoint), its loading and its
+//!   [`biolatency`], [`softirq`], [`reclaim`]): its modes (program, tracepoint), its loading and its
 //!   collector;
-//! - [`log2_hist`]: the latency buckets runqlat and biolatency share;
+//! - [`log2_hist`]: the latency buckets runqlat, biolatency, softirq and
+//!   reclaim share;
 //! - [`status`]: `usescope_probe_up`/`_info` and per-program BPF statistics;
 //! - [`btf`]: reads enums from kernel BTF, to name drop reasons;
 //! - [`sys`]: the few `bpf(2)` calls made without aya.
@@ -38,6 +39,7 @@ pub mod loader;
 pub mod loader_process;
 pub mod log2_hist;
 pub mod percpu;
+pub mod reclaim;
 pub mod runqlat;
 pub mod softirq;
 pub mod status;
@@ -127,6 +129,16 @@ pub const ALL: &[ProbeSpec] = &[
         map: softirq::MAP,
         load: softirq::load,
         build: softirq::collector,
+    },
+    ProbeSpec {
+        name: "reclaim",
+        help: "Direct-reclaim (global, memcg) and compaction stall latency histograms (vmscan and compaction tracepoints); off by default, though it only runs when a task stalls",
+        default_enabled: false,
+        collector: reclaim::COLLECTOR,
+        modes: reclaim::MODES,
+        map: reclaim::MAP,
+        load: reclaim::load,
+        build: reclaim::collector,
     },
 ];
 
@@ -368,12 +380,20 @@ mod tests {
             "usescope",
             "--probe.biolatency",
             "--probe.softirq",
+            "--probe.reclaim",
             "--probe.runqlat.start-map=lru-hash",
         ])
         .unwrap();
         assert_eq!(
             c.probes.enabled,
-            ["runqlat", "cachestat", "drops", "biolatency", "softirq"]
+            [
+                "runqlat",
+                "cachestat",
+                "drops",
+                "biolatency",
+                "softirq",
+                "reclaim"
+            ]
         );
         assert!(c.probes.runqlat_lru_start_map);
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.start-map=hash"]).is_err());

@@ -9,7 +9,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod bpf_objects;
 pub mod hangfs;
+pub mod memcg;
 pub mod node_exporter;
 pub mod skip;
 
