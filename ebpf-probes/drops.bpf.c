@@ -17,14 +17,23 @@ char LICENSE[] SEC("license") = "GPL";
 #define ETH_P_IPV6 0x86DD
 #define ETH_P_ARP 0x0806
 
-/* --probe.drops.protocol-label; off keeps every drop in protocol slot 0. */
+/* --probe.drops.protocol-label; off keeps every drop in protocol 0, so
+ * only protocol-0 entries ever exist and user space reads nothing else. */
 const volatile bool protocol_label = false;
 
+/*
+ * One per-CPU counter per (slot, protocol) that has dropped at least once:
+ * a scrape copies (entries in use) x (CPUs) x 8 bytes, not every slot of
+ * every protocol. The hash is preallocated (tracing programs on kernels
+ * before 6.1 may only use preallocated hashes) and sized by the loader to
+ * every possible key (DROPS_SLOTS x protocols), so an insert never fails
+ * for lack of room.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct drops_counts);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, DROPS_SLOTS * DROPS_PROTOS);
+	__type(key, struct drops_key);
+	__type(value, u64);
 } us_drops SEC(".maps");
 
 static __always_inline u32 slot_of(u32 reason)
@@ -58,17 +67,24 @@ static __always_inline u32 proto_of(struct sk_buff *skb, const bool direct)
 static __always_inline void count_drop(struct sk_buff *skb, u32 reason,
 				       const bool direct)
 {
-	struct drops_counts *c;
-	u32 zero = 0, slot, proto = 0;
+	struct drops_key key = { .slot = slot_of(reason) };
+	u64 one = 1, *c;
 
-	c = bpf_map_lookup_elem(&us_drops, &zero);
-	if (!c)
-		return;
-	slot = slot_of(reason);
 	if (protocol_label)
-		proto = proto_of(skb, direct);
-	if (slot < DROPS_SLOTS && proto < DROPS_PROTOS)
-		c->count[proto][slot]++;
+		key.proto = proto_of(skb, direct);
+	c = bpf_map_lookup_elem(&us_drops, &key);
+	if (c) {
+		(*c)++;
+		return;
+	}
+	/* The first drop of this key on any CPU creates the entry, with 1 on
+	 * this CPU and 0 on the others. If another CPU created it since our
+	 * lookup, NOEXIST fails and we count into the entry it made. */
+	if (bpf_map_update_elem(&us_drops, &key, &one, BPF_NOEXIST) == 0)
+		return;
+	c = bpf_map_lookup_elem(&us_drops, &key);
+	if (c)
+		(*c)++;
 }
 
 /* Only the first three arguments: rx_sk was added in 6.11, and reading an

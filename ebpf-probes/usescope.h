@@ -2,10 +2,11 @@
 /*
  * The map layouts shared by the eBPF programs and usescope's user space.
  *
- * Every counter lives in a per-CPU array with ONE entry whose value is a
+ * Most counters live in a per-CPU array with ONE entry whose value is a
  * whole struct: user space reads all of a probe's counters for all CPUs with
  * a single BPF_MAP_LOOKUP_ELEM at scrape time, and the kernel side needs no
- * atomics. exporter/src/probes/layout.rs mirrors these structs with
+ * atomics. Where only a few of many possible keys are ever used (biolatency's
+ * devices, drops' reasons), a per-CPU hash holds just those. exporter/src/probes/layout.rs mirrors these structs with
  * #[repr(C)] and a test checks that the sizes agree.
  */
 #ifndef USESCOPE_H
@@ -83,7 +84,7 @@ struct cachestat_counts {
  * drops: slot = reason number for core reasons below DROPS_CORE_SLOTS;
  * subsystem reasons (subsys << 16 | code) with subsys 1..DROPS_SUBSYS_MAX
  * and code < DROPS_SUBSYS_CODES get their own slots after those; anything
- * else is counted in DROPS_OVERFLOW_SLOT, so the map never grows.
+ * else is counted in DROPS_OVERFLOW_SLOT, so the key space is bounded.
  */
 #define DROPS_CORE_SLOTS 256
 #define DROPS_SUBSYS_SHIFT 16
@@ -99,8 +100,10 @@ struct cachestat_counts {
 #define DROPS_PROTO_ARP 3
 #define DROPS_PROTOS 4
 
-struct drops_counts {
-	__u64 count[DROPS_PROTOS][DROPS_SLOTS];
+/* The key of the per-CPU hash us_drops; its value is one __u64 count. */
+struct drops_key {
+	__u32 slot;
+	__u32 proto;
 };
 
 #endif

@@ -1,8 +1,10 @@
 //! Packet drops by kernel drop reason: `usescope_skb_drops_total{reason}`
 //! (plus `protocol` with `--probe.drops.protocol-label`).
 //!
-//! The kernel side counts reason *numbers* into a bounded per-CPU array
-//! (layout in `ebpf-probes/usescope.h`). The numbers differ between kernel
+//! The kernel side counts reason *numbers* into a per-CPU hash keyed by
+//! (slot, protocol), with an entry only for keys that have dropped (layout
+//! in `ebpf-probes/usescope.h`), so a scrape copies the reasons in use,
+//! not every possible one. The numbers differ between kernel
 //! versions (NETFILTER_DROP is 12 on 6.18 and 8 on older kernels), so the
 //! names are resolved once at start-up from the running kernel's BTF:
 //! `enum skb_drop_reason` for core reasons, `enum skb_drop_reason_subsys`
@@ -11,10 +13,10 @@
 use super::btf::{Btf, Enum, find_enum};
 use super::layout::{
     DROPS_CORE_SLOTS, DROPS_OVERFLOW_SLOT, DROPS_PROTO_NAMES, DROPS_PROTOS, DROPS_SLOTS,
-    DROPS_SUBSYS_CODES, DROPS_SUBSYS_MAX, DROPS_SUBSYS_SHIFT, DropsCounts,
+    DROPS_SUBSYS_CODES, DROPS_SUBSYS_MAX, DROPS_SUBSYS_SHIFT,
 };
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::percpu::PerCpuStruct;
+use super::percpu::PerCpuHash;
 use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
 use crate::error::CollectError;
@@ -140,17 +142,30 @@ fn resolve_names(kernel: &Kernel) -> Result<Vec<String>, ProbeError> {
     Ok(reason_names(core, &module_enums))
 }
 
-/// The per-CPU map the collector reads, and its value.
+/// The per-CPU hash the collector reads: key [`DropsKey`](super::layout::DropsKey), value one u64.
 pub const MAP: &str = "us_drops";
-const VALUE_SIZE: usize = size_of::<DropsCounts>();
+const VALUE_SIZE: usize = size_of::<u64>();
+
+/// Protocol rows the probe keeps: 1 without --probe.drops.protocol-label
+/// (the kernel side folds every drop into protocol 0).
+pub fn protocols(settings: &ProbeSettings) -> usize {
+    if settings.drops_protocol_label {
+        DROPS_PROTOS
+    } else {
+        1
+    }
+}
 
 /// In the probe loader process: name the reasons, load and attach. The
 /// names travel to the daemon with the fds, so it never reads BTF.
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let names = resolve_names(kernel)?;
     let protocol_label = u8::from(settings.drops_protocol_label);
+    // Room for every key the program can make, so an insert never fails.
+    let keys = (DROPS_SLOTS * protocols(settings)) as u32;
     let loaded = loader::load_and_attach(loader::DROPS_OBJ, &kernel.btf, MODES, |l| {
         l.override_global("protocol_label", &protocol_label, true);
+        l.map_max_entries(MAP, keys);
     })?;
     Ok(Loaded { names, ..loaded })
 }
@@ -162,26 +177,59 @@ pub fn collector(
     names: Vec<String>,
     settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
-    let counts = PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?;
-    Ok(Box::new(DropsCollector {
-        counts,
-        names,
-        protocols: if settings.drops_protocol_label {
-            DROPS_PROTOS
-        } else {
-            1
-        },
-        sums: vec![0; DROPS_PROTOS * DROPS_SLOTS],
-    }))
+    Ok(Box::new(DropsCollector::new(map, names, settings)?))
 }
 
-struct DropsCollector {
-    counts: PerCpuStruct,
+pub struct DropsCollector {
+    counts: PerCpuHash,
     names: Vec<String>,
-    /// 1 without --probe.drops.protocol-label (everything in slot 0).
-    protocols: usize,
-    /// Per (protocol, slot) sums over CPUs, reused across scrapes.
-    sums: Vec<u64>,
+    /// Whether samples carry the `protocol` label.
+    protocol_label: bool,
+    /// (key, sum over CPUs) of the last read, reused across scrapes.
+    totals: Vec<(u64, u64)>,
+}
+
+impl DropsCollector {
+    pub fn new(
+        map: std::os::fd::OwnedFd,
+        names: Vec<String>,
+        settings: &ProbeSettings,
+    ) -> Result<DropsCollector, String> {
+        Ok(DropsCollector {
+            counts: PerCpuHash::from_fd(MAP, map, VALUE_SIZE)?,
+            names,
+            protocol_label: settings.drops_protocol_label,
+            totals: Vec::new(),
+        })
+    }
+
+    /// The keys the last scrape read, as (protocol index, slot): only
+    /// those that dropped at least once since the probe was loaded.
+    pub fn keys_read(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.totals.iter().map(|&(key, _)| split_key(key))
+    }
+}
+
+/// (protocol index, slot) of a map key ([`DropsKey`](super::layout::DropsKey): slot in the low
+/// 32 bits, protocol in the high 32).
+pub fn split_key(key: u64) -> (usize, usize) {
+    ((key >> 32) as usize, (key & 0xffff_ffff) as usize)
+}
+
+/// Sums each entry's per-CPU counts into `out` as (key, total), ordered by
+/// key, i.e. by protocol and then slot, so the output order is stable.
+pub fn totals<'a>(
+    entries: impl Iterator<Item = (u64, std::slice::ChunksExact<'a, u64>)>,
+    out: &mut Vec<(u64, u64)>,
+) {
+    out.clear();
+    out.extend(entries.map(|(key, cpus)| {
+        let total = cpus
+            .map(|c| c.first().copied().unwrap_or(0))
+            .fold(0u64, u64::wrapping_add);
+        (key, total)
+    }));
+    out.sort_unstable_by_key(|&(key, _)| key);
 }
 
 impl Collector for DropsCollector {
@@ -189,21 +237,21 @@ impl Collector for DropsCollector {
         self.counts
             .read()
             .map_err(|e| CollectError::other("bpf map us_drops", e.to_string()))?;
-        self.sums.fill(0);
-        for cpu in self.counts.cpus() {
-            for (sum, v) in self.sums.iter_mut().zip(cpu) {
-                *sum = sum.wrapping_add(*v);
-            }
-        }
+        totals(self.counts.entries(), &mut self.totals);
         enc.family(&DROPS);
-        let rows = self.sums.chunks_exact(DROPS_SLOTS).take(self.protocols);
-        for (row, protocol) in rows.zip(DROPS_PROTO_NAMES) {
-            for (count, name) in row.iter().zip(&self.names).filter(|(c, _)| **c > 0) {
-                if self.protocols == 1 {
-                    enc.sample(&DROPS, &[("reason", name)], *count);
-                } else {
-                    enc.sample(&DROPS, &[("protocol", protocol), ("reason", name)], *count);
-                }
+        for &(key, count) in &self.totals {
+            let (proto, slot) = split_key(key);
+            // Keys come from our own program, so both are in range; a key
+            // that is not is skipped rather than trusted.
+            let (Some(name), Some(protocol)) =
+                (self.names.get(slot), DROPS_PROTO_NAMES.get(proto))
+            else {
+                continue;
+            };
+            if self.protocol_label {
+                enc.sample(&DROPS, &[("protocol", protocol), ("reason", name)], count);
+            } else {
+                enc.sample(&DROPS, &[("reason", name)], count);
             }
         }
         Ok(())
@@ -219,6 +267,36 @@ mod tests {
             name,
             members: members.to_vec(),
         }
+    }
+
+    /// Per-CPU values of one entry: `cpus` words of one u64 each.
+    fn per_cpu(values: &[u64]) -> std::slice::ChunksExact<'_, u64> {
+        values.chunks_exact(1)
+    }
+
+    #[test]
+    fn totals_sum_cpus_and_order_by_protocol_then_slot() {
+        let ipv4_no_socket = 1u64 << 32 | 3;
+        let other_netfilter = 12u64;
+        let other_no_socket = 3u64;
+        let (a, b, c) = ([5, 7], [0, 1], [u64::MAX, 2]);
+        let mut out = vec![(99, 99)];
+        totals(
+            [
+                (ipv4_no_socket, per_cpu(&a)),
+                (other_netfilter, per_cpu(&b)),
+                (other_no_socket, per_cpu(&c)),
+            ]
+            .into_iter(),
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            [(other_no_socket, 1), (other_netfilter, 1), (ipv4_no_socket, 12)],
+            "sums wrap like the kernel's counters, stale rows are cleared"
+        );
+        assert_eq!(split_key(ipv4_no_socket), (1, 3));
+        assert_eq!(split_key(other_netfilter), (0, 12));
     }
 
     #[test]

@@ -64,9 +64,12 @@ pub const DROPS_PROTOS: usize = 4;
 /// `protocol` label values by protocol index (DROPS_PROTO_* in the header).
 pub const DROPS_PROTO_NAMES: [&str; DROPS_PROTOS] = ["other", "ipv4", "ipv6", "arp"];
 
+/// The per-CPU hash key of drops: `slot` in the low 32 bits and `proto`
+/// in the high 32 bits of one little-endian u64; the value is one u64.
 #[repr(C)]
-pub struct DropsCounts {
-    pub count: [[u64; DROPS_SLOTS]; DROPS_PROTOS],
+pub struct DropsKey {
+    pub slot: u32,
+    pub proto: u32,
 }
 
 /// Word index of a field, for reading a value as `&[u64]`.
@@ -192,7 +195,7 @@ mod tests {
         );
         assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
-        assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
+        assert_eq!(size_of::<DropsKey>(), 8);
         assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
         assert_eq!(
@@ -203,8 +206,6 @@ mod tests {
             ),
             (0, 1, 2)
         );
-        // Per-CPU map values are limited to 32 KiB by the kernel.
-        assert!(size_of::<DropsCounts>() <= 32 * 1024);
         // The field order in the header is the order mirrored here.
         assert_eq!(
             fields_of("runqlat_hist", "__u64"),
@@ -215,6 +216,7 @@ mod tests {
             ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;"]
         );
         assert_eq!(fields_of("biolat_key", "__u32"), ["dev;", "op;"]);
+        assert_eq!(fields_of("drops_key", "__u32"), ["slot;", "proto;"]);
         assert_eq!(
             fields_of("cachestat_counts", "__u64"),
             ["accesses;", "misses;", "dirtied;"]
