@@ -29,13 +29,27 @@ impl PerCpuStruct {
         let map = open_checked(name, fd, value_size, "a per-CPU array", |info| {
             matches!(info.map_type(), Ok(MapType::PerCpuArray)) && info.max_entries() >= 1
         })?;
-        let cpus = possible_cpus()?;
+        Ok(PerCpuStruct::shaped(map, value_size, possible_cpus()?))
+    }
+
+    /// For bench/drops-scrape: a plain one-entry array whose value is
+    /// `cpus * value_size` bytes, read as a per-CPU array on a `cpus`-CPU
+    /// machine is: the kernel copies as many bytes, `cpus()` yields as many
+    /// values.
+    pub fn simulated(name: &str, fd: OwnedFd, value_size: usize, cpus: usize) -> Result<Self, String> {
+        let map = open_checked(name, fd, value_size * cpus, "an array", |info| {
+            matches!(info.map_type(), Ok(MapType::Array)) && info.max_entries() >= 1
+        })?;
+        Ok(PerCpuStruct::shaped(map, value_size, cpus))
+    }
+
+    fn shaped(map: MapData, value_size: usize, cpus: usize) -> PerCpuStruct {
         let words = value_size / 8;
-        Ok(PerCpuStruct {
+        PerCpuStruct {
             map,
             words,
             buf: vec![0; words * cpus],
-        })
+        }
     }
 
     /// Reads entry 0 for every possible CPU; then [`Self::cpus`] iterates it.
@@ -86,7 +100,8 @@ fn open_checked(
     Ok(map)
 }
 
-fn possible_cpus() -> Result<usize, String> {
+/// The kernel's possible CPUs: how many values a per-CPU lookup returns.
+pub fn possible_cpus() -> Result<usize, String> {
     aya::util::nr_cpus().map_err(|(path, e)| format!("counting possible CPUs from {path}: {e}"))
 }
 
@@ -109,13 +124,34 @@ impl PerCpuHash {
         let map = open_checked(name, fd, value_size, kind, |info| {
             matches!(info.map_type(), Ok(MapType::PerCpuHash)) && info.key_size() == 8
         })?;
-        Ok(PerCpuHash {
+        Ok(PerCpuHash::shaped(map, value_size, possible_cpus()?))
+    }
+
+    /// For bench/drops-scrape: a plain hash with 8-byte keys whose values
+    /// are `cpus * value_size` bytes, read as a per-CPU hash on a
+    /// `cpus`-CPU machine is (same syscalls, same bytes copied).
+    pub fn simulated(name: &str, fd: OwnedFd, value_size: usize, cpus: usize) -> Result<Self, String> {
+        let kind = "a hash with 8-byte keys";
+        let map = open_checked(name, fd, value_size * cpus, kind, |info| {
+            matches!(info.map_type(), Ok(MapType::Hash)) && info.key_size() == 8
+        })?;
+        Ok(PerCpuHash::shaped(map, value_size, cpus))
+    }
+
+    fn shaped(map: MapData, value_size: usize, cpus: usize) -> PerCpuHash {
+        PerCpuHash {
             map,
             words: value_size / 8,
-            cpus: possible_cpus()?,
+            cpus,
             keys: Vec::new(),
             values: Vec::new(),
-        })
+        }
+    }
+
+    /// Value bytes the kernel copied out in the last read: every key's
+    /// value for every CPU. (Listing the keys copies 8 bytes per key more.)
+    pub fn value_bytes_read(&self) -> usize {
+        self.keys.len() * self.cpus * self.words * 8
     }
 
     /// Reads every key and its per-CPU values. A key deleted between
