@@ -18,21 +18,15 @@ char LICENSE[] SEC("license") = "GPL";
 #define ETH_P_ARP 0x0806
 
 /* --probe.drops.protocol-label; off keeps every drop in protocol 0, so
- * only protocol-0 entries ever exist and user space reads nothing else. */
+ * only protocol-0 counters are ever used and user space reads no others. */
 const volatile bool protocol_label = false;
 
-/*
- * One per-CPU counter per (slot, protocol) that has dropped at least once:
- * a scrape copies (entries in use) x (CPUs) x 8 bytes, not every slot of
- * every protocol. The hash is preallocated (tracing programs on kernels
- * before 6.1 may only use preallocated hashes) and sized by the loader to
- * every possible key (DROPS_SLOTS x protocols), so an insert never fails
- * for lack of room.
- */
+/* Bitmap words, then one counter per (protocol, slot): see usescope.h.
+ * The loader shrinks it to protocol 0's counters without the label. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, DROPS_SLOTS * DROPS_PROTOS);
-	__type(key, struct drops_key);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROPS_USED_WORDS + DROPS_KEYS);
+	__type(key, u32);
 	__type(value, u64);
 } us_drops SEC(".maps");
 
@@ -67,24 +61,28 @@ static __always_inline u32 proto_of(struct sk_buff *skb, const bool direct)
 static __always_inline void count_drop(struct sk_buff *skb, u32 reason,
 				       const bool direct)
 {
-	struct drops_key key = { .slot = slot_of(reason) };
-	u64 one = 1, *c;
+	u32 proto = 0, i, key, word;
+	u64 *c, *used;
 
 	if (protocol_label)
-		key.proto = proto_of(skb, direct);
-	c = bpf_map_lookup_elem(&us_drops, &key);
-	if (c) {
-		(*c)++;
+		proto = proto_of(skb, direct);
+	i = proto * DROPS_SLOTS + slot_of(reason);
+	if (i >= DROPS_KEYS)
 		return;
-	}
-	/* The first drop of this key on any CPU creates the entry, with 1 on
-	 * this CPU and 0 on the others. If another CPU created it since our
-	 * lookup, NOEXIST fails and we count into the entry it made. */
-	if (bpf_map_update_elem(&us_drops, &key, &one, BPF_NOEXIST) == 0)
-		return;
+	key = DROPS_USED_WORDS + i;
 	c = bpf_map_lookup_elem(&us_drops, &key);
-	if (c)
-		(*c)++;
+	if (!c)
+		return;
+	/* The first drop of this counter on this CPU marks it in use. The
+	 * program does not nest on one CPU, so plain read-modify-writes of
+	 * this CPU's values are safe; the counter is set before its bit, so a
+	 * reader that sees the bit finds the count. */
+	if ((*c)++ != 0)
+		return;
+	word = i / 64;
+	used = bpf_map_lookup_elem(&us_drops, &word);
+	if (used)
+		*used |= 1ULL << (i % 64);
 }
 
 /* Only the first three arguments: rx_sk was added in 6.11, and reading an

@@ -5,8 +5,9 @@
  * Most counters live in a per-CPU array with ONE entry whose value is a
  * whole struct: user space reads all of a probe's counters for all CPUs with
  * a single BPF_MAP_LOOKUP_ELEM at scrape time, and the kernel side needs no
- * atomics. Where only a few of many possible keys are ever used (biolatency's
- * devices, drops' reasons), a per-CPU hash holds just those. exporter/src/probes/layout.rs mirrors these structs with
+ * atomics. biolatency's keys (devices) are only known to the kernel side, so
+ * it uses a per-CPU hash; drops has many possible keys of which few are
+ * used, so it keeps a bitmap of those beside its counters (below). exporter/src/probes/layout.rs mirrors these structs with
  * #[repr(C)] and a test checks that the sizes agree.
  */
 #ifndef USESCOPE_H
@@ -100,10 +101,15 @@ struct cachestat_counts {
 #define DROPS_PROTO_ARP 3
 #define DROPS_PROTOS 4
 
-/* The key of the per-CPU hash us_drops; its value is one __u64 count. */
-struct drops_key {
-	__u32 slot;
-	__u32 proto;
-};
+/*
+ * us_drops is a per-CPU array of __u64. Counter i = proto * DROPS_SLOTS +
+ * slot lives at key DROPS_USED_WORDS + i. Keys 0..DROPS_USED_WORDS-1 hold
+ * each CPU's bitmap of the counters it has touched (bit i % 64 of word
+ * i / 64), set on a counter's first increment on that CPU, so a scrape
+ * reads the bitmap and then only the counters in use.
+ */
+#define DROPS_KEYS (DROPS_PROTOS * DROPS_SLOTS)
+#define DROPS_USED_WORDS 31
+_Static_assert(DROPS_USED_WORDS * 64 >= DROPS_KEYS, "bitmap covers every counter");
 
 #endif

@@ -1,22 +1,26 @@
 //! Packet drops by kernel drop reason: `usescope_skb_drops_total{reason}`
 //! (plus `protocol` with `--probe.drops.protocol-label`).
 //!
-//! The kernel side counts reason *numbers* into a per-CPU hash keyed by
-//! (slot, protocol), with an entry only for keys that have dropped (layout
-//! in `ebpf-probes/usescope.h`), so a scrape copies the reasons in use,
-//! not every possible one. The numbers differ between kernel
+//! The kernel side counts reason *numbers* into a bounded per-CPU array of
+//! counters, one per (protocol, slot), and marks in a per-CPU bitmap which
+//! counters it has touched (layout in `ebpf-probes/usescope.h`). A scrape
+//! reads the bitmap, then only the counters in use: with 256 CPUs that is
+//! about 16 KB plus 2 KB per reason seen, where reading every counter
+//! was 3.9 MB. The numbers differ between kernel
 //! versions (NETFILTER_DROP is 12 on 6.18 and 8 on older kernels), so the
 //! names are resolved once at start-up from the running kernel's BTF:
 //! `enum skb_drop_reason` for core reasons, `enum skb_drop_reason_subsys`
 //! plus the owning module's BTF for subsystem reasons (`subsys << 16 | code`).
 
 use super::btf::{Btf, Enum, find_enum};
+use std::os::fd::OwnedFd;
+
 use super::layout::{
     DROPS_CORE_SLOTS, DROPS_OVERFLOW_SLOT, DROPS_PROTO_NAMES, DROPS_PROTOS, DROPS_SLOTS,
-    DROPS_SUBSYS_CODES, DROPS_SUBSYS_MAX, DROPS_SUBSYS_SHIFT,
+    DROPS_SUBSYS_CODES, DROPS_SUBSYS_MAX, DROPS_SUBSYS_SHIFT, DROPS_USED_WORDS,
 };
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::percpu::PerCpuHash;
+use super::percpu::PerCpuCounters;
 use super::{Kernel, Loaded, ProbeSettings};
 use crate::collector::Collector;
 use crate::error::CollectError;
@@ -142,9 +146,9 @@ fn resolve_names(kernel: &Kernel) -> Result<Vec<String>, ProbeError> {
     Ok(reason_names(core, &module_enums))
 }
 
-/// The per-CPU hash the collector reads: key [`DropsKey`](super::layout::DropsKey), value one u64.
+/// The per-CPU array the collector reads: the in-use bitmap, then the
+/// counters (layout in `ebpf-probes/usescope.h`).
 pub const MAP: &str = "us_drops";
-const VALUE_SIZE: usize = size_of::<u64>();
 
 /// Protocol rows the probe keeps: 1 without --probe.drops.protocol-label
 /// (the kernel side folds every drop into protocol 0).
@@ -161,8 +165,9 @@ pub fn protocols(settings: &ProbeSettings) -> usize {
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let names = resolve_names(kernel)?;
     let protocol_label = u8::from(settings.drops_protocol_label);
-    // Room for every key the program can make, so an insert never fails.
-    let keys = (DROPS_SLOTS * protocols(settings)) as u32;
+    // The bitmap and the counters of the protocol rows kept; without the
+    // label that is a quarter of the kernel memory.
+    let keys = (DROPS_USED_WORDS + DROPS_SLOTS * protocols(settings)) as u32;
     let loaded = loader::load_and_attach(loader::DROPS_OBJ, &kernel.btf, MODES, |l| {
         l.override_global("protocol_label", &protocol_label, true);
         l.map_max_entries(MAP, keys);
@@ -173,78 +178,121 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
 /// In the daemon: the collector over the handed-over counters map, naming
 /// slots with the loader's reason names.
 pub fn collector(
-    map: std::os::fd::OwnedFd,
+    map: OwnedFd,
     names: Vec<String>,
     settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
     Ok(Box::new(DropsCollector::new(map, names, settings)?))
 }
 
-pub struct DropsCollector {
-    counts: PerCpuHash,
-    names: Vec<String>,
-    /// Whether samples carry the `protocol` label.
-    protocol_label: bool,
-    /// (key, sum over CPUs) of the last read, reused across scrapes.
-    totals: Vec<(u64, u64)>,
+/// Reads the counters in use: the bitmap words of the protocol rows kept
+/// (one batch lookup), then one lookup per counter whose bit some CPU set.
+/// Counters nothing has dropped into are never copied.
+pub struct InUseReader {
+    counts: PerCpuCounters,
+    /// Counters in the rows kept: `protocols * DROPS_SLOTS`.
+    counters: usize,
+    /// The bitmap, OR-ed over CPUs.
+    used: Vec<u64>,
+    /// (counter, sum over CPUs) of the last read, by counter.
+    totals: Vec<(usize, u64)>,
 }
 
-impl DropsCollector {
-    pub fn new(
-        map: std::os::fd::OwnedFd,
-        names: Vec<String>,
-        settings: &ProbeSettings,
-    ) -> Result<DropsCollector, String> {
-        Ok(DropsCollector {
-            counts: PerCpuHash::from_fd(MAP, map, VALUE_SIZE)?,
-            names,
-            protocol_label: settings.drops_protocol_label,
+impl InUseReader {
+    /// `counts` is the us_drops map (or a stand-in of another CPU count,
+    /// see bench/drops-scrape); `protocols` the rows the probe keeps.
+    pub fn new(counts: PerCpuCounters, protocols: usize) -> Result<InUseReader, String> {
+        let counters = protocols * DROPS_SLOTS;
+        let needed = DROPS_USED_WORDS + counters;
+        if (counts.len() as usize) < needed {
+            return Err(format!(
+                "map {MAP} has {} entries, {needed} expected by usescope \
+                 (ebpf-probes/usescope.h and probes/layout.rs disagree)",
+                counts.len()
+            ));
+        }
+        Ok(InUseReader {
+            counts,
+            counters,
+            used: Vec::new(),
             totals: Vec::new(),
         })
     }
 
-    /// The keys the last scrape read, as (protocol index, slot): only
-    /// those that dropped at least once since the probe was loaded.
-    pub fn keys_read(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.totals.iter().map(|&(key, _)| split_key(key))
+    pub fn read(&mut self) -> std::io::Result<()> {
+        let words = self.counters.div_ceil(64);
+        self.used.clear();
+        self.used.extend(
+            self.counts
+                .read_range(0, words as u32)?
+                .map(|per_cpu| per_cpu.iter().fold(0, |all, cpu| all | cpu)),
+        );
+        self.totals.clear();
+        for (w, &bits) in self.used.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                let counter = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                // A bit past the rows kept would be a counter this reader
+                // was not sized for; the kernel side never sets one.
+                if counter < self.counters {
+                    let sum = self.counts.read_sum((DROPS_USED_WORDS + counter) as u32)?;
+                    self.totals.push((counter, sum));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// (protocol index, slot, total) of every counter the last read found
+    /// in use, ordered by protocol, then slot.
+    pub fn totals(&self) -> impl Iterator<Item = (usize, usize, u64)> + '_ {
+        self.totals
+            .iter()
+            .map(|&(c, total)| (c / DROPS_SLOTS, c % DROPS_SLOTS, total))
+    }
+
+    /// Value bytes the kernel copied out since the last call.
+    pub fn take_bytes_read(&mut self) -> usize {
+        self.counts.take_bytes_read()
     }
 }
 
-/// (protocol index, slot) of a map key ([`DropsKey`](super::layout::DropsKey): slot in the low
-/// 32 bits, protocol in the high 32).
-pub fn split_key(key: u64) -> (usize, usize) {
-    ((key >> 32) as usize, (key & 0xffff_ffff) as usize)
+pub struct DropsCollector {
+    reader: InUseReader,
+    names: Vec<String>,
+    /// Whether samples carry the `protocol` label.
+    protocol_label: bool,
 }
 
-/// Sums each entry's per-CPU counts into `out` as (key, total), ordered by
-/// key, i.e. by protocol and then slot, so the output order is stable.
-pub fn totals<'a>(
-    entries: impl Iterator<Item = (u64, std::slice::ChunksExact<'a, u64>)>,
-    out: &mut Vec<(u64, u64)>,
-) {
-    out.clear();
-    out.extend(entries.map(|(key, cpus)| {
-        let total = cpus
-            .map(|c| c.first().copied().unwrap_or(0))
-            .fold(0u64, u64::wrapping_add);
-        (key, total)
-    }));
-    out.sort_unstable_by_key(|&(key, _)| key);
+impl DropsCollector {
+    pub fn new(
+        map: OwnedFd,
+        names: Vec<String>,
+        settings: &ProbeSettings,
+    ) -> Result<DropsCollector, String> {
+        let counts = PerCpuCounters::from_fd(MAP, map)?;
+        Ok(DropsCollector {
+            reader: InUseReader::new(counts, protocols(settings))?,
+            names,
+            protocol_label: settings.drops_protocol_label,
+        })
+    }
+
+    /// What the last scrape read (for tests: which counters, how many bytes).
+    pub fn reader(&mut self) -> &mut InUseReader {
+        &mut self.reader
+    }
 }
 
 impl Collector for DropsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        self.counts
+        self.reader
             .read()
             .map_err(|e| CollectError::other("bpf map us_drops", e.to_string()))?;
-        totals(self.counts.entries(), &mut self.totals);
         enc.family(&DROPS);
-        for &(key, count) in &self.totals {
-            let (proto, slot) = split_key(key);
-            // Keys come from our own program, so both are in range; a key
-            // that is not is skipped rather than trusted.
-            let (Some(name), Some(protocol)) =
-                (self.names.get(slot), DROPS_PROTO_NAMES.get(proto))
+        for (proto, slot, count) in self.reader.totals() {
+            let (Some(name), Some(protocol)) = (self.names.get(slot), DROPS_PROTO_NAMES.get(proto))
             else {
                 continue;
             };
@@ -267,36 +315,6 @@ mod tests {
             name,
             members: members.to_vec(),
         }
-    }
-
-    /// Per-CPU values of one entry: `cpus` words of one u64 each.
-    fn per_cpu(values: &[u64]) -> std::slice::ChunksExact<'_, u64> {
-        values.chunks_exact(1)
-    }
-
-    #[test]
-    fn totals_sum_cpus_and_order_by_protocol_then_slot() {
-        let ipv4_no_socket = 1u64 << 32 | 3;
-        let other_netfilter = 12u64;
-        let other_no_socket = 3u64;
-        let (a, b, c) = ([5, 7], [0, 1], [u64::MAX, 2]);
-        let mut out = vec![(99, 99)];
-        totals(
-            [
-                (ipv4_no_socket, per_cpu(&a)),
-                (other_netfilter, per_cpu(&b)),
-                (other_no_socket, per_cpu(&c)),
-            ]
-            .into_iter(),
-            &mut out,
-        );
-        assert_eq!(
-            out,
-            [(other_no_socket, 1), (other_netfilter, 1), (ipv4_no_socket, 12)],
-            "sums wrap like the kernel's counters, stale rows are cleared"
-        );
-        assert_eq!(split_key(ipv4_no_socket), (1, 3));
-        assert_eq!(split_key(other_netfilter), (0, 12));
     }
 
     #[test]

@@ -64,13 +64,12 @@ pub const DROPS_PROTOS: usize = 4;
 /// `protocol` label values by protocol index (DROPS_PROTO_* in the header).
 pub const DROPS_PROTO_NAMES: [&str; DROPS_PROTOS] = ["other", "ipv4", "ipv6", "arp"];
 
-/// The per-CPU hash key of drops: `slot` in the low 32 bits and `proto`
-/// in the high 32 bits of one little-endian u64; the value is one u64.
-#[repr(C)]
-pub struct DropsKey {
-    pub slot: u32,
-    pub proto: u32,
-}
+/// Counters of the drops map: one per (protocol, slot), counter
+/// `proto * DROPS_SLOTS + slot` at key `DROPS_USED_WORDS + counter`.
+pub const DROPS_KEYS: usize = DROPS_PROTOS * DROPS_SLOTS;
+/// Keys `0..DROPS_USED_WORDS` of the drops map: per CPU, the bitmap of the
+/// counters that CPU has touched.
+pub const DROPS_USED_WORDS: usize = DROPS_KEYS.div_ceil(64);
 
 /// Word index of a field, for reading a value as `&[u64]`.
 pub const fn word(byte_offset: usize) -> usize {
@@ -152,6 +151,8 @@ mod tests {
         assert_eq!(define("DROPS_OVERFLOW_SLOT"), DROPS_OVERFLOW_SLOT);
         assert_eq!(define("DROPS_SLOTS"), DROPS_SLOTS);
         assert_eq!(define("DROPS_PROTOS"), DROPS_PROTOS);
+        assert_eq!(define("DROPS_KEYS"), DROPS_KEYS);
+        assert_eq!(define("DROPS_USED_WORDS"), DROPS_USED_WORDS);
         for (i, name) in ["OTHER", "IPV4", "IPV6", "ARP"].iter().enumerate() {
             assert_eq!(define(&format!("DROPS_PROTO_{name}")), i);
             assert_eq!(DROPS_PROTO_NAMES[i], name.to_ascii_lowercase());
@@ -195,7 +196,6 @@ mod tests {
         );
         assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
-        assert_eq!(size_of::<DropsKey>(), 8);
         assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
         assert_eq!(
@@ -216,7 +216,6 @@ mod tests {
             ["slots[LOG2_HIST_BUCKETS + 1];", "sum_ns;"]
         );
         assert_eq!(fields_of("biolat_key", "__u32"), ["dev;", "op;"]);
-        assert_eq!(fields_of("drops_key", "__u32"), ["slot;", "proto;"]);
         assert_eq!(
             fields_of("cachestat_counts", "__u64"),
             ["accesses;", "misses;", "dirtied;"]

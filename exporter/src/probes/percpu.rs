@@ -2,7 +2,9 @@
 //!
 //! [`PerCpuStruct`]: most probes keep all their counters in one
 //! struct-valued entry of a per-CPU array, so one `BPF_MAP_LOOKUP_ELEM`
-//! returns every counter of every CPU. [`PerCpuHash`]: biolatency keys its
+//! returns every counter of every CPU. [`PerCpuCounters`]: drops keeps one
+//! u64 per key of a per-CPU array and reads only the keys it needs
+//! (a range in one batch, or one key). [`PerCpuHash`]: biolatency keys its
 //! histograms by (device, op), which only the kernel side discovers, so it
 //! uses a per-CPU hash with 8-byte keys. aya's per-CPU lookups would
 //! allocate a fresh boxed slice per read; these readers issue the same
@@ -105,6 +107,99 @@ pub fn possible_cpus() -> Result<usize, String> {
     aya::util::nr_cpus().map_err(|(path, e)| format!("counting possible CPUs from {path}: {e}"))
 }
 
+/// A per-CPU array of single u64 counters, read key by key or by ranges of
+/// keys, so a reader copies only the keys it asks for.
+pub struct PerCpuCounters {
+    map: MapData,
+    cpus: usize,
+    max_entries: u32,
+    /// The values of the last read, `cpus` words per key.
+    buf: Vec<u64>,
+    /// Scratch for the keys a batch lookup returns.
+    batch_keys: Vec<u32>,
+    /// Value bytes the kernel has copied out since the last `take_bytes_read`.
+    bytes_read: usize,
+}
+
+impl PerCpuCounters {
+    /// Wraps the map behind `fd` after checking with the kernel that it is
+    /// a per-CPU array of u64.
+    pub fn from_fd(name: &str, fd: OwnedFd) -> Result<PerCpuCounters, String> {
+        let map = open_checked(name, fd, 8, "a per-CPU array", |info| {
+            matches!(info.map_type(), Ok(MapType::PerCpuArray))
+        })?;
+        PerCpuCounters::shaped(name, map, possible_cpus()?)
+    }
+
+    /// For bench/drops-scrape: a plain array with `cpus * 8`-byte values,
+    /// read as a per-CPU array of u64 on a `cpus`-CPU machine is (same
+    /// syscalls, same bytes copied, same per-CPU chunks).
+    pub fn simulated(name: &str, fd: OwnedFd, cpus: usize) -> Result<PerCpuCounters, String> {
+        let map = open_checked(name, fd, 8 * cpus, "an array", |info| {
+            matches!(info.map_type(), Ok(MapType::Array))
+        })?;
+        PerCpuCounters::shaped(name, map, cpus)
+    }
+
+    fn shaped(name: &str, map: MapData, cpus: usize) -> Result<PerCpuCounters, String> {
+        let info = map
+            .info()
+            .map_err(|e| format!("map {name}: reading map info: {e}"))?;
+        Ok(PerCpuCounters {
+            map,
+            cpus,
+            max_entries: info.max_entries(),
+            buf: Vec::new(),
+            batch_keys: Vec::new(),
+            bytes_read: 0,
+        })
+    }
+
+    /// The map's number of keys.
+    pub fn len(&self) -> u32 {
+        self.max_entries
+    }
+
+    /// Reads keys `first..first + n` in one syscall; returns each key's
+    /// per-CPU values (`n` chunks of one word per CPU).
+    pub fn read_range(&mut self, first: u32, n: u32) -> std::io::Result<std::slice::Chunks<'_, u64>> {
+        if first.checked_add(n).is_none_or(|end| end > self.max_entries) {
+            return Err(std::io::Error::other(format!(
+                "keys {first}..{first}+{n} past the map's {} entries",
+                self.max_entries
+            )));
+        }
+        self.batch_keys.resize(n as usize, 0);
+        self.buf.resize(n as usize * self.cpus, 0);
+        if n > 0 {
+            // SAFETY: `buf` holds n values of `cpus` u64 words each: what
+            // the kernel copies for a per-CPU array of u64 (value size 8,
+            // checked) on `cpus` possible CPUs, or for a plain array of
+            // `cpus * 8`-byte values (checked).
+            unsafe {
+                sys::lookup_array_batch(self.map.fd().as_fd(), first, &mut self.batch_keys, &mut self.buf)
+            }?;
+        }
+        self.bytes_read += self.buf.len() * 8;
+        Ok(self.buf.chunks(self.cpus))
+    }
+
+    /// Sum over CPUs of `key`, in one `BPF_MAP_LOOKUP_ELEM`.
+    pub fn read_sum(&mut self, key: u32) -> std::io::Result<u64> {
+        self.buf.resize(self.cpus, 0);
+        // SAFETY: the key of an array is a u32; `buf` holds `cpus` u64
+        // words, one value as the kernel copies it (see `read_range`).
+        unsafe { sys::lookup_percpu_key(self.map.fd().as_fd(), &key, &mut self.buf) }?;
+        self.bytes_read += self.buf.len() * 8;
+        Ok(self.buf.iter().fold(0u64, |s, v| s.wrapping_add(*v)))
+    }
+
+    /// Value bytes the kernel copied out since the last call.
+    pub fn take_bytes_read(&mut self) -> usize {
+        std::mem::take(&mut self.bytes_read)
+    }
+}
+
 /// A per-CPU hash map with u64 keys, read whole at each scrape.
 pub struct PerCpuHash {
     map: MapData,
@@ -124,34 +219,13 @@ impl PerCpuHash {
         let map = open_checked(name, fd, value_size, kind, |info| {
             matches!(info.map_type(), Ok(MapType::PerCpuHash)) && info.key_size() == 8
         })?;
-        Ok(PerCpuHash::shaped(map, value_size, possible_cpus()?))
-    }
-
-    /// For bench/drops-scrape: a plain hash with 8-byte keys whose values
-    /// are `cpus * value_size` bytes, read as a per-CPU hash on a
-    /// `cpus`-CPU machine is (same syscalls, same bytes copied).
-    pub fn simulated(name: &str, fd: OwnedFd, value_size: usize, cpus: usize) -> Result<Self, String> {
-        let kind = "a hash with 8-byte keys";
-        let map = open_checked(name, fd, value_size * cpus, kind, |info| {
-            matches!(info.map_type(), Ok(MapType::Hash)) && info.key_size() == 8
-        })?;
-        Ok(PerCpuHash::shaped(map, value_size, cpus))
-    }
-
-    fn shaped(map: MapData, value_size: usize, cpus: usize) -> PerCpuHash {
-        PerCpuHash {
+        Ok(PerCpuHash {
             map,
             words: value_size / 8,
-            cpus,
+            cpus: possible_cpus()?,
             keys: Vec::new(),
             values: Vec::new(),
-        }
-    }
-
-    /// Value bytes the kernel copied out in the last read: every key's
-    /// value for every CPU. (Listing the keys copies 8 bytes per key more.)
-    pub fn value_bytes_read(&self) -> usize {
-        self.keys.len() * self.cpus * self.words * 8
+        })
     }
 
     /// Reads every key and its per-CPU values. A key deleted between

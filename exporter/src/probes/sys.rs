@@ -6,8 +6,9 @@
 //! - [`prog_run_stats`]: aya builds `ProgramInfo` only from a program it
 //!   loaded itself, a pin or by walking every program on the host (which
 //!   needs CAP_SYS_ADMIN), not from a handed-over fd;
-//! - [`lookup_percpu`] and [`next_key`]: aya's per-CPU lookups allocate a
-//!   fresh slice on every read; these fill buffers the caller keeps.
+//! - [`lookup_percpu`], [`next_key`] and [`lookup_array_batch`]: aya's
+//!   per-CPU lookups allocate a fresh slice on every read (and aya has no
+//!   batch lookup); these fill buffers the caller keeps.
 //!
 //! All unsafe code of the probes' user side is here.
 
@@ -20,6 +21,7 @@ const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 
 /// `bpf(cmd, attr, sizeof attr)`.
 ///
@@ -181,6 +183,61 @@ pub unsafe fn next_key(map: BorrowedFd<'_>, prev: Option<&u64>) -> io::Result<Op
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The `batch` member of `union bpf_attr`.
+#[repr(C)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// Looks up keys `first..first + n` of an array map (per-CPU or not),
+/// `n = keys.len()`, in one BPF_MAP_LOOKUP_BATCH into `buf`, key after
+/// key; the kernel also writes the keys it read to `keys`. `first + n`
+/// must not exceed the map's max_entries (the kernel then stops with
+/// ENOENT, returned as an error).
+///
+/// # Safety
+/// `buf` must hold at least `n` values as the kernel copies them out:
+/// `n * possible_cpus * round_up(value_size, 8)` bytes for a per-CPU array,
+/// `n * value_size` for a plain one.
+pub unsafe fn lookup_array_batch(
+    map: BorrowedFd<'_>,
+    first: u32,
+    keys: &mut [u32],
+    buf: &mut [u64],
+) -> io::Result<()> {
+    // The kernel starts after the key `in_batch` points at (at key 0 when
+    // it is null), writes the n keys it read to `keys` and the last one to
+    // `out_batch`.
+    let before_first = first.wrapping_sub(1);
+    let mut last = 0u32;
+    let attr = BatchAttr {
+        in_batch: if first == 0 {
+            0
+        } else {
+            &before_first as *const u32 as u64
+        },
+        out_batch: &mut last as *mut u32 as u64,
+        keys: keys.as_mut_ptr() as u64,
+        values: buf.as_mut_ptr() as u64,
+        count: keys.len() as u32,
+        map_fd: map.as_raw_fd() as u32,
+        elem_flags: 0,
+        flags: 0,
+    };
+    // SAFETY: BatchAttr is the batch attr; `keys` holds n u32 keys (array
+    // keys are u32), `last` one, and the caller guarantees `buf` holds n
+    // values.
+    unsafe { bpf(BPF_MAP_LOOKUP_BATCH, &attr) }?;
+    Ok(())
 }
 
 #[cfg(test)]
