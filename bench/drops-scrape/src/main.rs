@@ -10,16 +10,17 @@
 //! *plain* BPF map whose value is `cpus` times the per-CPU value stands in
 //! for the per-CPU map. The kernel then copies the same number of bytes
 //! with the same syscalls (one memcpy of the whole value instead of one per
-//! CPU), and usescope's own readers (`PerCpuStruct`, `PerCpuHash`) read it
-//! into the same buffers and yield the same per-CPU chunks. Each
+//! CPU), and usescope's own readers (`PerCpuStruct`, `PerCpuCounters`) read
+//! it into the same buffers and yield the same per-CPU chunks. Each
 //! configuration also runs on a real per-CPU map at this machine's CPU
 //! count, to show how close the stand-in is.
 //!
 //! - before: one array entry of DROPS_PROTOS x DROPS_SLOTS u64 per CPU
 //!   (15 392 bytes), read whole, summed over all four protocol rows (the
 //!   collector's loop before this change, copied below);
-//! - after: a hash with one u64 per CPU for each (reason, protocol) in use,
-//!   read and summed by usescope's `PerCpuHash` and `drops::totals`.
+//! - after: the per-CPU array of u64 counters with its in-use bitmap, read
+//!   by usescope's own `drops::InUseReader` (the collector's reader): one
+//!   batch lookup of the bitmap words, then one lookup per counter in use.
 //!
 //! Time is this thread's CPU time (user + system, CLOCK_THREAD_CPUTIME_ID),
 //! so other processes on a shared machine add little; median of SCRAPES.
@@ -28,15 +29,13 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use usescope::probes::drops;
-use usescope::probes::layout::{DROPS_PROTOS, DROPS_SLOTS};
-use usescope::probes::percpu::{PerCpuHash, PerCpuStruct};
+use usescope::probes::drops::InUseReader;
+use usescope::probes::layout::{DROPS_PROTOS, DROPS_SLOTS, DROPS_USED_WORDS};
+use usescope::probes::percpu::{PerCpuCounters, PerCpuStruct};
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
-const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 
 /// The value of the old per-CPU array: every slot of every protocol.
@@ -131,10 +130,9 @@ fn old_sum(counts: &PerCpuStruct, sums: &mut [u64]) {
     }
 }
 
-/// Keys in use: the first `n` reasons (protocol 0, as without
-/// --probe.drops.protocol-label).
-fn keys(n: usize) -> impl Iterator<Item = u64> {
-    (0..n as u64).map(|slot| slot * 3 % DROPS_SLOTS as u64)
+/// Counters in use: `n` reasons of protocol 0, spread over the slots.
+fn counters(n: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(|slot| slot * 3 % DROPS_SLOTS)
 }
 
 struct Row {
@@ -172,36 +170,43 @@ fn before(cpus: usize, real: bool, scrapes: usize) -> Row {
     }
 }
 
+/// The map after the change, with the first `in_use` reasons of protocol
+/// 0 dropped on every CPU, as without --probe.drops.protocol-label.
 fn after(cpus: usize, in_use: usize, real: bool, scrapes: usize) -> Row {
-    let mut counts = if real {
-        let fd = create(BPF_MAP_TYPE_PERCPU_HASH, 8, 8, DROPS_SLOTS as u32);
-        for k in keys(in_use) {
-            update(&fd, &k, &vec![1u64; cpus]);
-        }
-        PerCpuHash::from_fd("drops", fd, 8).unwrap()
+    let entries = (DROPS_USED_WORDS + DROPS_SLOTS) as u32;
+    let fd = if real {
+        create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, entries)
     } else {
-        let fd = create(BPF_MAP_TYPE_HASH, 8, 8 * cpus, DROPS_SLOTS as u32);
-        for k in keys(in_use) {
-            update(&fd, &k, &vec![1u64; cpus]);
-        }
-        PerCpuHash::simulated("drops", fd, 8, cpus).unwrap()
+        create(BPF_MAP_TYPE_ARRAY, 4, 8 * cpus, entries)
     };
-    let mut totals = Vec::new();
-    let time = median(scrapes, || {
-        counts.read().expect("lookup");
-        drops::totals(counts.entries(), &mut totals);
-    });
+    let mut bitmap = vec![0u64; DROPS_USED_WORDS];
+    for counter in counters(in_use) {
+        bitmap[counter / 64] |= 1 << (counter % 64);
+        update(&fd, &((DROPS_USED_WORDS + counter) as u32), &vec![1u64; cpus]);
+    }
+    for (w, bits) in bitmap.iter().enumerate() {
+        update(&fd, &(w as u32), &vec![*bits; cpus]);
+    }
+    let counts = if real {
+        PerCpuCounters::from_fd("drops", fd).unwrap()
+    } else {
+        PerCpuCounters::simulated("drops", fd, cpus).unwrap()
+    };
+    let mut reader = InUseReader::new(counts, 1).unwrap();
+    let time = median(scrapes, || reader.read().expect("lookup"));
+    let totals: Vec<_> = reader.totals().collect();
     assert_eq!(totals.len(), in_use);
-    assert!(totals.iter().all(|&(_, t)| t == cpus as u64), "every CPU summed");
+    assert!(totals.iter().all(|&(_, _, t)| t == cpus as u64), "every CPU summed");
+    reader.take_bytes_read();
+    reader.read().unwrap();
     Row {
         cpus,
-        what: format!("after: per-CPU hash, {in_use} reasons in use"),
+        what: format!("after: bitmap + counters, {in_use} reasons in use"),
         real,
         time,
-        // Values, plus the 8-byte keys BPF_MAP_GET_NEXT_KEY returns.
-        bytes: counts.value_bytes_read() + 8 * in_use,
-        // One GET_NEXT_KEY per key and one past the last, one lookup per key.
-        syscalls: 2 * in_use + 1,
+        bytes: reader.take_bytes_read(),
+        // One batch lookup of the bitmap, one lookup per counter in use.
+        syscalls: 1 + in_use,
     }
 }
 

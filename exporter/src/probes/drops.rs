@@ -186,8 +186,10 @@ pub fn collector(
 }
 
 /// Reads the counters in use: the bitmap words of the protocol rows kept
-/// (one batch lookup), then one lookup per counter whose bit some CPU set.
-/// Counters nothing has dropped into are never copied.
+/// (one batch lookup), then the counters whose bit some CPU set, one batch
+/// lookup per run of adjacent ones. Counters nothing has dropped into are
+/// never copied. A bit past the rows kept (the kernel side never sets one)
+/// is ignored.
 pub struct InUseReader {
     counts: PerCpuCounters,
     /// Counters in the rows kept: `protocols * DROPS_SLOTS`.
@@ -228,18 +230,21 @@ impl InUseReader {
                 .map(|per_cpu| per_cpu.iter().fold(0, |all, cpu| all | cpu)),
         );
         self.totals.clear();
-        for (w, &bits) in self.used.iter().enumerate() {
-            let mut bits = bits;
-            while bits != 0 {
-                let counter = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                // A bit past the rows kept would be a counter this reader
-                // was not sized for; the kernel side never sets one.
-                if counter < self.counters {
-                    let sum = self.counts.read_sum((DROPS_USED_WORDS + counter) as u32)?;
-                    self.totals.push((counter, sum));
-                }
+        let mut in_use = BitIter::new(&self.used).take_while(|&c| c < self.counters);
+        let mut next = in_use.next();
+        while let Some(first) = next {
+            // A run of adjacent counters in use is one batch lookup.
+            let mut end = first + 1;
+            next = in_use.next();
+            while next == Some(end) {
+                end += 1;
+                next = in_use.next();
             }
+            let sums = self
+                .counts
+                .read_range((DROPS_USED_WORDS + first) as u32, (end - first) as u32)?
+                .map(|per_cpu| per_cpu.iter().fold(0u64, |s, v| s.wrapping_add(*v)));
+            self.totals.extend((first..end).zip(sums));
         }
         Ok(())
     }
@@ -255,6 +260,37 @@ impl InUseReader {
     /// Value bytes the kernel copied out since the last call.
     pub fn take_bytes_read(&mut self) -> usize {
         self.counts.take_bytes_read()
+    }
+}
+
+/// The positions of the set bits of a bitmap of u64 words, ascending.
+struct BitIter<'a> {
+    words: &'a [u64],
+    word: usize,
+    bits: u64,
+}
+
+impl<'a> BitIter<'a> {
+    fn new(words: &'a [u64]) -> BitIter<'a> {
+        BitIter {
+            words,
+            word: 0,
+            bits: words.first().copied().unwrap_or(0),
+        }
+    }
+}
+
+impl Iterator for BitIter<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while self.bits == 0 {
+            self.word += 1;
+            self.bits = *self.words.get(self.word)?;
+        }
+        let bit = self.bits.trailing_zeros() as usize;
+        self.bits &= self.bits - 1;
+        Some(self.word * 64 + bit)
     }
 }
 
@@ -315,6 +351,15 @@ mod tests {
             name,
             members: members.to_vec(),
         }
+    }
+
+    #[test]
+    fn bit_positions_ascend_across_words() {
+        let words = [0b1011, 0, 1 << 63 | 1];
+        let set: Vec<usize> = BitIter::new(&words).collect();
+        assert_eq!(set, [0, 1, 3, 128, 191]);
+        assert_eq!(BitIter::new(&[]).next(), None);
+        assert_eq!(BitIter::new(&[0, 0]).next(), None);
     }
 
     #[test]
