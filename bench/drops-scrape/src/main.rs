@@ -65,7 +65,11 @@ fn bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<libc::c_long> {
     // pointers into buffers that outlive the call and are as large as the
     // map's key and value.
     let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *const T, size_of::<T>()) };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
 }
 
 fn create(map_type: u32, key_size: u32, value_size: usize, max_entries: u32) -> OwnedFd {
@@ -77,8 +81,9 @@ fn create(map_type: u32, key_size: u32, value_size: usize, max_entries: u32) -> 
         map_flags: 0,
         _zero: [0; 27],
     };
-    let fd = bpf(BPF_MAP_CREATE, &attr)
-        .unwrap_or_else(|e| panic!("BPF_MAP_CREATE type {map_type}, value {value_size} B (root?): {e}"));
+    let fd = bpf(BPF_MAP_CREATE, &attr).unwrap_or_else(|e| {
+        panic!("BPF_MAP_CREATE type {map_type}, value {value_size} B (root?): {e}")
+    });
     // SAFETY: a new fd nothing else owns.
     unsafe { OwnedFd::from_raw_fd(fd as i32) }
 }
@@ -97,7 +102,10 @@ fn update<K>(map: &OwnedFd, key: &K, value: &[u64]) {
 }
 
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
@@ -182,7 +190,11 @@ fn after(cpus: usize, in_use: usize, real: bool, scrapes: usize) -> Row {
     let mut bitmap = vec![0u64; DROPS_USED_WORDS];
     for counter in counters(in_use) {
         bitmap[counter / 64] |= 1 << (counter % 64);
-        update(&fd, &((DROPS_USED_WORDS + counter) as u32), &vec![1u64; cpus]);
+        update(
+            &fd,
+            &((DROPS_USED_WORDS + counter) as u32),
+            &vec![1u64; cpus],
+        );
     }
     for (w, bits) in bitmap.iter().enumerate() {
         update(&fd, &(w as u32), &vec![*bits; cpus]);
@@ -196,7 +208,10 @@ fn after(cpus: usize, in_use: usize, real: bool, scrapes: usize) -> Row {
     let time = median(scrapes, || reader.read().expect("lookup"));
     let totals: Vec<_> = reader.totals().collect();
     assert_eq!(totals.len(), in_use);
-    assert!(totals.iter().all(|&(_, _, t)| t == cpus as u64), "every CPU summed");
+    assert!(
+        totals.iter().all(|&(_, _, t)| t == cpus as u64),
+        "every CPU summed"
+    );
     reader.take_bytes_read();
     reader.read().unwrap();
     Row {
@@ -229,7 +244,9 @@ fn main() {
         rows.push(after(here, in_use, true, scrapes));
     }
     println!("{scrapes} scrapes per row, median thread CPU time (user + system)\n");
-    println!("| CPUs | map | per-CPU map | bytes copied per scrape | bpf(2) calls | µs per scrape |");
+    println!(
+        "| CPUs | map | per-CPU map | bytes copied per scrape | bpf(2) calls | µs per scrape |"
+    );
     println!("|---|---|---|---|---|---|");
     for r in rows {
         println!(

@@ -38,7 +38,12 @@ impl PerCpuStruct {
     /// `cpus * value_size` bytes, read as a per-CPU array on a `cpus`-CPU
     /// machine is: the kernel copies as many bytes, `cpus()` yields as many
     /// values.
-    pub fn simulated(name: &str, fd: OwnedFd, value_size: usize, cpus: usize) -> Result<Self, String> {
+    pub fn simulated(
+        name: &str,
+        fd: OwnedFd,
+        value_size: usize,
+        cpus: usize,
+    ) -> Result<Self, String> {
         let map = open_checked(name, fd, value_size * cpus, "an array", |info| {
             matches!(info.map_type(), Ok(MapType::Array)) && info.max_entries() >= 1
         })?;
@@ -162,8 +167,15 @@ impl PerCpuCounters {
 
     /// Reads keys `first..first + n` in one syscall; returns each key's
     /// per-CPU values (`n` chunks of one word per CPU).
-    pub fn read_range(&mut self, first: u32, n: u32) -> std::io::Result<std::slice::Chunks<'_, u64>> {
-        if first.checked_add(n).is_none_or(|end| end > self.max_entries) {
+    pub fn read_range(
+        &mut self,
+        first: u32,
+        n: u32,
+    ) -> std::io::Result<std::slice::Chunks<'_, u64>> {
+        if first
+            .checked_add(n)
+            .is_none_or(|end| end > self.max_entries)
+        {
             return Err(std::io::Error::other(format!(
                 "keys {first}..{first}+{n} past the map's {} entries",
                 self.max_entries
@@ -182,7 +194,9 @@ impl PerCpuCounters {
             // for one key, the plain lookup is cheaper (0.65 against 0.9 µs
             // here, bench/drops-scrape).
             1 => unsafe { sys::lookup_percpu_key(fd, &first, &mut self.buf) }?,
-            _ => unsafe { sys::lookup_array_batch(fd, first, &mut self.batch_keys, &mut self.buf) }?,
+            _ => {
+                unsafe { sys::lookup_array_batch(fd, first, &mut self.batch_keys, &mut self.buf) }?
+            }
         }
         self.bytes_read += self.buf.len() * 8;
         Ok(self.buf.chunks(self.cpus))
