@@ -206,11 +206,11 @@ impl InUseReader {
     pub fn new(counts: PerCpuCounters, protocols: usize) -> Result<InUseReader, String> {
         let counters = protocols * DROPS_SLOTS;
         let needed = DROPS_USED_WORDS + counters;
-        if (counts.len() as usize) < needed {
+        if (counts.max_entries() as usize) < needed {
             return Err(format!(
                 "map {MAP} has {} entries, {needed} expected by usescope \
                  (ebpf-probes/usescope.h and probes/layout.rs disagree)",
-                counts.len()
+                counts.max_entries()
             ));
         }
         Ok(InUseReader {

@@ -161,7 +161,7 @@ impl PerCpuCounters {
     }
 
     /// The map's number of keys.
-    pub fn len(&self) -> u32 {
+    pub fn max_entries(&self) -> u32 {
         self.max_entries
     }
 
