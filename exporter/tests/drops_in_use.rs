@@ -12,14 +12,13 @@
 
 mod common;
 
-use std::net::UdpSocket;
 use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use aya::maps::Map;
-use common::{can_run_bpf, sample, skip};
+use common::{can_run_bpf, sample, skip, udp_to_closed_port};
 use usescope::collector::Collector;
 use usescope::exposition::{Encoder, Format};
 use usescope::probes::drops::{self, DropsCollector};
@@ -73,18 +72,6 @@ fn udp_no_ports() -> u64 {
         .position(|n| n == "NoPorts")
         .unwrap();
     values.split_whitespace().nth(i).unwrap().parse().unwrap()
-}
-
-fn udp_to_closed_port(n: usize) {
-    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = closed.local_addr().unwrap();
-    drop(closed);
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for _ in 0..n {
-        // ECONNREFUSED from an earlier ICMP error is expected.
-        let _ = s.send_to(b"usescope", target);
-    }
-    std::thread::sleep(Duration::from_millis(100));
 }
 
 /// In a new network namespace: an nftables rule that counts and drops UDP

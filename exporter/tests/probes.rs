@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::{Daemon, can_run_bpf, sample, sum_of};
+use common::{Daemon, can_run_bpf, sample, sum_of, udp_to_closed_port};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -46,20 +46,6 @@ fn drops(expo: &str, reason: &str) -> f64 {
         &format!("usescope_skb_drops_total{{reason=\"{reason}\"}}"),
     )
     .unwrap_or(0.0)
-}
-
-/// Sends `n` UDP datagrams to a port on 127.0.0.1 that nothing listens on.
-fn udp_to_closed_port(n: usize) {
-    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = closed.local_addr().unwrap();
-    drop(closed);
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for _ in 0..n {
-        // ECONNREFUSED from an earlier ICMP error is expected; ignore it.
-        let _ = s.send_to(b"usescope", target);
-    }
-    // Let softirq processing finish before the next scrape.
-    std::thread::sleep(Duration::from_millis(100));
 }
 
 #[test]

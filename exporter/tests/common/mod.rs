@@ -344,3 +344,17 @@ pub fn copy_dir(src: &Path, dst: &Path) {
         }
     }
 }
+
+/// Sends `n` UDP datagrams to a port on 127.0.0.1 that nothing listens on.
+pub fn udp_to_closed_port(n: usize) {
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = closed.local_addr().unwrap();
+    drop(closed);
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..n {
+        // ECONNREFUSED from an earlier ICMP error is expected; ignore it.
+        let _ = s.send_to(b"usescope", target);
+    }
+    // Let softirq processing finish before the next scrape.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+}
