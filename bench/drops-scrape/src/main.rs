@@ -138,9 +138,11 @@ fn old_sum(counts: &PerCpuStruct, sums: &mut [u64]) {
     }
 }
 
-/// Counters in use: `n` reasons of protocol 0, spread over the slots.
-fn counters(n: usize) -> impl Iterator<Item = usize> {
-    (0..n).map(|slot| slot * 3 % DROPS_SLOTS)
+/// Counters in use: `n` reasons spread over the slots, no two adjacent;
+/// in protocol 0's row, or in ipv4's (row 1) with the protocol label.
+fn counters(n: usize, protocol_label: bool) -> impl Iterator<Item = usize> {
+    let row = if protocol_label { DROPS_SLOTS } else { 0 };
+    (0..n).map(move |slot| row + slot * 3 % DROPS_SLOTS)
 }
 
 struct Row {
@@ -178,17 +180,19 @@ fn before(cpus: usize, real: bool, scrapes: usize) -> Row {
     }
 }
 
-/// The map after the change, with the first `in_use` reasons of protocol
-/// 0 dropped on every CPU, as without --probe.drops.protocol-label.
-fn after(cpus: usize, in_use: usize, real: bool, scrapes: usize) -> Row {
-    let entries = (DROPS_USED_WORDS + DROPS_SLOTS) as u32;
+/// The map after the change, with `in_use` reasons dropped on every CPU,
+/// sized and read as the probe does with or without
+/// --probe.drops.protocol-label.
+fn after(cpus: usize, in_use: usize, protocol_label: bool, real: bool, scrapes: usize) -> Row {
+    let protocols = if protocol_label { DROPS_PROTOS } else { 1 };
+    let entries = (DROPS_USED_WORDS + protocols * DROPS_SLOTS) as u32;
     let fd = if real {
         create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, entries)
     } else {
         create(BPF_MAP_TYPE_ARRAY, 4, 8 * cpus, entries)
     };
     let mut bitmap = vec![0u64; DROPS_USED_WORDS];
-    for counter in counters(in_use) {
+    for counter in counters(in_use, protocol_label) {
         bitmap[counter / 64] |= 1 << (counter % 64);
         update(
             &fd,
@@ -204,7 +208,7 @@ fn after(cpus: usize, in_use: usize, real: bool, scrapes: usize) -> Row {
     } else {
         PerCpuCounters::simulated("drops", fd, cpus).unwrap()
     };
-    let mut reader = InUseReader::new(counts, 1).unwrap();
+    let mut reader = InUseReader::new(counts, protocols).unwrap();
     let time = median(scrapes, || reader.read().expect("lookup"));
     let totals: Vec<_> = reader.totals().collect();
     assert_eq!(totals.len(), in_use);
@@ -216,7 +220,14 @@ fn after(cpus: usize, in_use: usize, real: bool, scrapes: usize) -> Row {
     reader.read().unwrap();
     Row {
         cpus,
-        what: format!("after: bitmap + counters, {in_use} reasons in use"),
+        what: format!(
+            "after: bitmap + counters, {in_use} reasons in use{}",
+            if protocol_label {
+                ", protocol label"
+            } else {
+                ""
+            }
+        ),
         real,
         time,
         bytes: reader.take_bytes_read(),
@@ -235,13 +246,14 @@ fn main() {
     for cpus in [2, 64, 256] {
         rows.push(before(cpus, false, scrapes));
         for in_use in [8, 64] {
-            rows.push(after(cpus, in_use, false, scrapes));
+            rows.push(after(cpus, in_use, false, false, scrapes));
         }
+        rows.push(after(cpus, 8, true, false, scrapes));
     }
     // The stand-in against the real per-CPU maps, at this machine's size.
     rows.push(before(here, true, scrapes));
     for in_use in [8, 64] {
-        rows.push(after(here, in_use, true, scrapes));
+        rows.push(after(here, in_use, false, true, scrapes));
     }
     println!("{scrapes} scrapes per row, median thread CPU time (user + system)\n");
     println!(
