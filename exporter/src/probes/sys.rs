@@ -287,6 +287,71 @@ mod tests {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
+    /// A per-CPU array of `entries` u64 values (root or CAP_BPF).
+    fn create_percpu_u64_array(entries: u32) -> io::Result<OwnedFd> {
+        const BPF_MAP_CREATE: libc::c_long = 0;
+        const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+        // map_type, key_size, value_size, max_entries, then zeros.
+        let mut attr = [0u32; 32];
+        attr[..4].copy_from_slice(&[BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, entries]);
+        // SAFETY: the map-create attr, zero past max_entries.
+        let fd = unsafe { bpf(BPF_MAP_CREATE, &attr) }?;
+        // SAFETY: a new fd nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
+    /// A batch from the middle of an array returns exactly the keys asked
+    /// for (the kernel starts *after* `in_batch`), checked against plain
+    /// lookups of each key.
+    #[test]
+    fn array_batch_reads_the_keys_asked_for() {
+        let map = create_percpu_u64_array(16);
+        let needs = format!(
+            "BPF_MAP_CREATE of a per-CPU array (root or CAP_BPF): {:?}",
+            map.as_ref().err()
+        );
+        if !crate::test_skip::unless_met(map.is_ok(), &needs) {
+            return;
+        }
+        let map = map.unwrap();
+        let cpus = crate::probes::percpu::possible_cpus().unwrap();
+        const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+        for key in 0u32..16 {
+            // key * 100 + cpu on each CPU
+            let value: Vec<u64> = (0..cpus as u64).map(|c| key as u64 * 100 + c).collect();
+            let attr = LookupAttr {
+                map_fd: map.as_raw_fd() as u32,
+                _pad: 0,
+                key: &key as *const u32 as u64,
+                value: value.as_ptr() as u64,
+                flags: 0,
+            };
+            // SAFETY: the map-element attr; key and value outlive the call
+            // and have the map's sizes.
+            unsafe { bpf(BPF_MAP_UPDATE_ELEM, &attr) }.unwrap();
+        }
+        for (first, n) in [(0u32, 3usize), (5, 4), (14, 2)] {
+            let mut keys = vec![0u32; n];
+            let mut batch = vec![0u64; n * cpus];
+            // SAFETY: `batch` holds n values of `cpus` u64 words.
+            unsafe { lookup_array_batch(map.as_fd(), first, &mut keys, &mut batch) }.unwrap();
+            assert_eq!(keys, (first..first + n as u32).collect::<Vec<_>>());
+            for (i, got) in batch.chunks(cpus).enumerate() {
+                let mut one = vec![0u64; cpus];
+                let key = first + i as u32;
+                // SAFETY: `one` holds one value of `cpus` words.
+                unsafe { lookup_percpu_key(map.as_fd(), &key, &mut one) }.unwrap();
+                assert_eq!(got, one, "key {key}");
+                assert_eq!(got[0], key as u64 * 100);
+            }
+        }
+        // Past the end: an error, not a short read taken for a full one.
+        let mut keys = vec![0u32; 3];
+        let mut batch = vec![0u64; 3 * cpus];
+        // SAFETY: as above.
+        assert!(unsafe { lookup_array_batch(map.as_fd(), 15, &mut keys, &mut batch) }.is_err());
+    }
+
     /// Statistics stay on while the returned fd is open.
     fn enable_run_stats() -> io::Result<OwnedFd> {
         let attr: u32 = 0; // BPF_STATS_RUN_TIME
