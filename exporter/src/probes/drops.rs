@@ -353,6 +353,58 @@ mod tests {
         }
     }
 
+    /// The reader over a real per-CPU array written by hand: runs of
+    /// adjacent counters, a counter only one CPU touched, a bit past the
+    /// rows kept; sums against what was written, bytes against what was
+    /// asked for.
+    #[test]
+    fn reader_reads_exactly_the_marked_counters() {
+        use crate::probes::sys::test_maps;
+        use std::os::fd::AsFd;
+        let entries = (DROPS_USED_WORDS + DROPS_SLOTS) as u32;
+        let map = test_maps::percpu_u64_array(entries);
+        let needs = format!(
+            "BPF_MAP_CREATE of a per-CPU array (root or CAP_BPF): {:?}",
+            map.as_ref().err()
+        );
+        if !crate::test_skip::unless_met(map.is_ok(), &needs) {
+            return;
+        }
+        let map = map.unwrap();
+        let cpus = crate::probes::percpu::possible_cpus().unwrap();
+        // CPU 0 used counters 3, 4, 5 and 12; the last CPU 4 and 480; a
+        // bit for counter 481 (past protocol 0's row) is ignored.
+        let mut used = vec![vec![0u64; cpus]; DROPS_USED_WORDS];
+        for c in [3, 4, 5, 12] {
+            used[c / 64][0] |= 1 << (c % 64);
+        }
+        for c in [4, 480, 481] {
+            used[c / 64][cpus - 1] |= 1 << (c % 64);
+        }
+        for (w, per_cpu) in used.iter().enumerate() {
+            test_maps::update(map.as_fd(), w as u32, per_cpu).unwrap();
+        }
+        let count = |c: usize, cpu: usize| (c * 10 + cpu + 1) as u64;
+        for c in [3, 4, 5, 12, 480] {
+            let per_cpu: Vec<u64> = (0..cpus).map(|cpu| count(c, cpu)).collect();
+            test_maps::update(map.as_fd(), (DROPS_USED_WORDS + c) as u32, &per_cpu).unwrap();
+        }
+        // Set, but no bit: must not be read.
+        let unmarked = vec![7u64; cpus];
+        test_maps::update(map.as_fd(), (DROPS_USED_WORDS + 6) as u32, &unmarked).unwrap();
+
+        let counts = PerCpuCounters::from_fd(MAP, map).unwrap();
+        let mut reader = InUseReader::new(counts, 1).unwrap();
+        reader.read().unwrap();
+        let want: Vec<(usize, usize, u64)> = [3, 4, 5, 12, 480]
+            .iter()
+            .map(|&c| (0, c, (0..cpus).map(|cpu| count(c, cpu)).sum()))
+            .collect();
+        assert_eq!(reader.totals().collect::<Vec<_>>(), want);
+        // 8 bitmap words for one row, then the five counters.
+        assert_eq!(reader.take_bytes_read(), (8 + 5) * cpus * 8);
+    }
+
     #[test]
     fn bit_positions_ascend_across_words() {
         let words = [0b1011, 0, 1 << 63 | 1];

@@ -240,6 +240,42 @@ pub unsafe fn lookup_array_batch(
     Ok(())
 }
 
+/// Maps for tests that check readers against what they wrote.
+#[cfg(test)]
+pub(crate) mod test_maps {
+    use super::*;
+
+    /// A per-CPU array of `entries` u64 values (root or CAP_BPF).
+    pub fn percpu_u64_array(entries: u32) -> io::Result<OwnedFd> {
+        const BPF_MAP_CREATE: libc::c_long = 0;
+        const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+        // map_type, key_size, value_size, max_entries, then zeros.
+        let mut attr = [0u32; 32];
+        attr[..4].copy_from_slice(&[BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, entries]);
+        // SAFETY: the map-create attr, zero past max_entries.
+        let fd = unsafe { bpf(BPF_MAP_CREATE, &attr) }?;
+        // SAFETY: a new fd nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
+    /// Sets `key` of a per-CPU u64 array to `per_cpu` (one value per
+    /// possible CPU).
+    pub fn update(map: BorrowedFd<'_>, key: u32, per_cpu: &[u64]) -> io::Result<()> {
+        const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+        let attr = LookupAttr {
+            map_fd: map.as_raw_fd() as u32,
+            _pad: 0,
+            key: &key as *const u32 as u64,
+            value: per_cpu.as_ptr() as u64,
+            flags: 0,
+        };
+        // SAFETY: the map-element attr; the caller passes one u64 per
+        // possible CPU, the value a per-CPU u64 array reads.
+        unsafe { bpf(BPF_MAP_UPDATE_ELEM, &attr) }?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,25 +323,12 @@ mod tests {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
-    /// A per-CPU array of `entries` u64 values (root or CAP_BPF).
-    fn create_percpu_u64_array(entries: u32) -> io::Result<OwnedFd> {
-        const BPF_MAP_CREATE: libc::c_long = 0;
-        const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
-        // map_type, key_size, value_size, max_entries, then zeros.
-        let mut attr = [0u32; 32];
-        attr[..4].copy_from_slice(&[BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, entries]);
-        // SAFETY: the map-create attr, zero past max_entries.
-        let fd = unsafe { bpf(BPF_MAP_CREATE, &attr) }?;
-        // SAFETY: a new fd nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-    }
-
     /// A batch from the middle of an array returns exactly the keys asked
     /// for (the kernel starts *after* `in_batch`), checked against plain
     /// lookups of each key.
     #[test]
     fn array_batch_reads_the_keys_asked_for() {
-        let map = create_percpu_u64_array(16);
+        let map = test_maps::percpu_u64_array(16);
         let needs = format!(
             "BPF_MAP_CREATE of a per-CPU array (root or CAP_BPF): {:?}",
             map.as_ref().err()
@@ -315,20 +338,10 @@ mod tests {
         }
         let map = map.unwrap();
         let cpus = crate::probes::percpu::possible_cpus().unwrap();
-        const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
         for key in 0u32..16 {
             // key * 100 + cpu on each CPU
             let value: Vec<u64> = (0..cpus as u64).map(|c| key as u64 * 100 + c).collect();
-            let attr = LookupAttr {
-                map_fd: map.as_raw_fd() as u32,
-                _pad: 0,
-                key: &key as *const u32 as u64,
-                value: value.as_ptr() as u64,
-                flags: 0,
-            };
-            // SAFETY: the map-element attr; key and value outlive the call
-            // and have the map's sizes.
-            unsafe { bpf(BPF_MAP_UPDATE_ELEM, &attr) }.unwrap();
+            test_maps::update(map.as_fd(), key, &value).unwrap();
         }
         for (first, n) in [(0u32, 3usize), (5, 4), (14, 2)] {
             let mut keys = vec![0u32; n];
