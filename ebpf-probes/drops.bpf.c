@@ -75,8 +75,9 @@ static __always_inline void count_drop(struct sk_buff *skb, u32 reason,
 		return;
 	/* The first drop of this counter on this CPU marks it in use. The
 	 * program does not nest on one CPU, so plain read-modify-writes of
-	 * this CPU's values are safe; the counter is set before its bit, so a
-	 * reader that sees the bit finds the count. */
+	 * this CPU's values are safe. The count is stored before the bit; a
+	 * reader that still sees the bit first (weakly ordered CPUs) reads a
+	 * zero, which the collector does not export. */
 	if ((*c)++ != 0)
 		return;
 	word = i / 64;

@@ -258,6 +258,17 @@ pub(crate) mod test_maps {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
+    /// The same, or None after a skip (a failure in CI) when the kernel
+    /// refuses.
+    pub fn percpu_u64_array_or_skip(entries: u32) -> Option<OwnedFd> {
+        let map = percpu_u64_array(entries);
+        let needs = format!(
+            "BPF_MAP_CREATE of a per-CPU array (root or CAP_BPF): {:?}",
+            map.as_ref().err()
+        );
+        crate::test_skip::unless_met(map.is_ok(), &needs).then(|| map.unwrap())
+    }
+
     /// Sets `key` of a per-CPU u64 array to `per_cpu` (one value per
     /// possible CPU).
     pub fn update(map: BorrowedFd<'_>, key: u32, per_cpu: &[u64]) -> io::Result<()> {
@@ -328,15 +339,9 @@ mod tests {
     /// lookups of each key.
     #[test]
     fn array_batch_reads_the_keys_asked_for() {
-        let map = test_maps::percpu_u64_array(16);
-        let needs = format!(
-            "BPF_MAP_CREATE of a per-CPU array (root or CAP_BPF): {:?}",
-            map.as_ref().err()
-        );
-        if !crate::test_skip::unless_met(map.is_ok(), &needs) {
+        let Some(map) = test_maps::percpu_u64_array_or_skip(16) else {
             return;
-        }
-        let map = map.unwrap();
+        };
         let cpus = crate::probes::percpu::possible_cpus().unwrap();
         for key in 0u32..16 {
             // key * 100 + cpu on each CPU
