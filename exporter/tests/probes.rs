@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::{Daemon, can_run_bpf, sample, sum_of, udp_to_closed_port};
+use common::{Daemon, can_run_bpf, sample, sum_of};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -59,7 +59,7 @@ fn drops_count_udp_to_closed_port_as_no_socket() {
     if !probe_up(&d, &before, "drops") {
         return;
     }
-    udp_to_closed_port(200);
+    common::udp_to_closed_port(200);
     let after = d.scrape();
     let delta = drops(&after, "NO_SOCKET") - drops(&before, "NO_SOCKET");
     eprintln!("drops: NO_SOCKET rose by {delta} for 200 datagrams");
@@ -536,7 +536,7 @@ fn second_instance_does_not_disturb_the_first() {
         return;
     }
     // The second instance's options: protocol label and per-CPU histograms.
-    udp_to_closed_port(50);
+    common::udp_to_closed_port(50);
     let e2 = second.scrape();
     let v4 = sample(
         &e2,
@@ -547,7 +547,7 @@ fn second_instance_does_not_disturb_the_first() {
     assert!(second.stop().success());
 
     let before = drops(&first.scrape(), "NO_SOCKET");
-    udp_to_closed_port(200);
+    common::udp_to_closed_port(200);
     let after = drops(&first.scrape(), "NO_SOCKET");
     assert!(
         after - before >= 200.0,
@@ -765,7 +765,7 @@ fn bpf_statistics_are_opt_in() {
             .sum()
     };
     let before = runs(&d.scrape());
-    udp_to_closed_port(100);
+    common::udp_to_closed_port(100);
     let after = runs(&d.scrape());
     assert!(after - before >= 100.0, "{before} -> {after}");
     assert!(d.stop().success());
@@ -986,7 +986,7 @@ fn softirq_entries_match_proc_softirqs() {
     let proc0 = proc_softirqs();
     let before = d.scrape();
     let started = std::time::Instant::now();
-    udp_to_closed_port(20_000);
+    common::udp_to_closed_port(20_000);
     std::thread::sleep(Duration::from_millis(1500));
     let after = d.scrape();
     let elapsed = started.elapsed().as_secs_f64();
