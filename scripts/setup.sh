@@ -21,6 +21,7 @@ packages=(
   python3-fusepy                  # tests/tools/hangfs.py: a real hung FUSE mount (libfuse2)
   xfsprogs btrfs-progs            # real XFS and btrfs filesystems on loop devices (tests/compat_fs_net.rs)
   mount                           # losetup: the loop device of the biolatency test (tests/probes.rs)
+  nftables iproute2               # the drops test's oracle: an nft drop rule's counter in its own netns (tests/drops_in_use.rs)
 )
 missing=()
 for p in "${packages[@]}"; do

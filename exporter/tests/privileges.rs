@@ -245,6 +245,12 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
     assert_no_capabilities(&d);
     // The maps stay readable through the fds kept from start-up.
     let expo = d.scrape();
+    // drops reads its counters with batch lookups: no capability either.
+    assert!(
+        expo.contains("node_scrape_collector_success{collector=\"probe_drops\"} 1"),
+        "drops' map reads failed without capabilities:\n{}",
+        d.log().join("\n")
+    );
     assert!(expo.contains("usescope_runqueue_latency_seconds_count "));
     assert!(expo.contains("# TYPE usescope_block_io_latency_seconds histogram"));
     assert!(expo.contains("usescope_softirq_entries_total{cpu=\"0\",vector=\"TIMER\"}"));

@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -35,20 +35,6 @@ fn drops(expo: &str, reason: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-/// Sends `n` UDP datagrams to a port on 127.0.0.1 that nothing listens on.
-fn udp_to_closed_port(n: usize) {
-    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = closed.local_addr().unwrap();
-    drop(closed);
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for _ in 0..n {
-        // ECONNREFUSED from an earlier ICMP error is expected; ignore it.
-        let _ = s.send_to(b"usescope", target);
-    }
-    // Let softirq processing finish before the next scrape.
-    std::thread::sleep(Duration::from_millis(100));
-}
-
 #[test]
 fn drops_count_udp_to_closed_port_as_no_socket() {
     if !can_run_bpf() {
@@ -60,7 +46,7 @@ fn drops_count_udp_to_closed_port_as_no_socket() {
     if !probe_up(&d, &before, "drops") {
         return;
     }
-    udp_to_closed_port(200);
+    common::udp_to_closed_port(200);
     let after = d.scrape();
     let delta = drops(&after, "NO_SOCKET") - drops(&before, "NO_SOCKET");
     eprintln!("drops: NO_SOCKET rose by {delta} for 200 datagrams");
@@ -475,7 +461,7 @@ fn second_instance_does_not_disturb_the_first() {
         return;
     }
     // The second instance's options: protocol label and per-CPU histograms.
-    udp_to_closed_port(50);
+    common::udp_to_closed_port(50);
     let e2 = second.scrape();
     let v4 = sample(
         &e2,
@@ -486,7 +472,7 @@ fn second_instance_does_not_disturb_the_first() {
     assert!(second.stop().success());
 
     let before = drops(&first.scrape(), "NO_SOCKET");
-    udp_to_closed_port(200);
+    common::udp_to_closed_port(200);
     let after = drops(&first.scrape(), "NO_SOCKET");
     assert!(
         after - before >= 200.0,
@@ -704,7 +690,7 @@ fn bpf_statistics_are_opt_in() {
             .sum()
     };
     let before = runs(&d.scrape());
-    udp_to_closed_port(100);
+    common::udp_to_closed_port(100);
     let after = runs(&d.scrape());
     assert!(after - before >= 100.0, "{before} -> {after}");
     assert!(d.stop().success());
@@ -925,7 +911,7 @@ fn softirq_entries_match_proc_softirqs() {
     let proc0 = proc_softirqs();
     let before = d.scrape();
     let started = std::time::Instant::now();
-    udp_to_closed_port(20_000);
+    common::udp_to_closed_port(20_000);
     std::thread::sleep(Duration::from_millis(1500));
     let after = d.scrape();
     let elapsed = started.elapsed().as_secs_f64();

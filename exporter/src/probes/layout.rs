@@ -73,10 +73,12 @@ pub const DROPS_PROTOS: usize = 4;
 /// `protocol` label values by protocol index (DROPS_PROTO_* in the header).
 pub const DROPS_PROTO_NAMES: [&str; DROPS_PROTOS] = ["other", "ipv4", "ipv6", "arp"];
 
-#[repr(C)]
-pub struct DropsCounts {
-    pub count: [[u64; DROPS_SLOTS]; DROPS_PROTOS],
-}
+/// Counters of the drops map: one per (protocol, slot), counter
+/// `proto * DROPS_SLOTS + slot` at key `DROPS_USED_WORDS + counter`.
+pub const DROPS_KEYS: usize = DROPS_PROTOS * DROPS_SLOTS;
+/// Keys `0..DROPS_USED_WORDS` of the drops map: per CPU, the bitmap of the
+/// counters that CPU has touched.
+pub const DROPS_USED_WORDS: usize = DROPS_KEYS.div_ceil(64);
 
 /// Word index of a field, for reading a value as `&[u64]`.
 pub const fn word(byte_offset: usize) -> usize {
@@ -164,6 +166,8 @@ mod tests {
         assert_eq!(define("DROPS_OVERFLOW_SLOT"), DROPS_OVERFLOW_SLOT);
         assert_eq!(define("DROPS_SLOTS"), DROPS_SLOTS);
         assert_eq!(define("DROPS_PROTOS"), DROPS_PROTOS);
+        assert_eq!(define("DROPS_KEYS"), DROPS_KEYS);
+        assert_eq!(define("DROPS_USED_WORDS"), DROPS_USED_WORDS);
         for (i, name) in ["OTHER", "IPV4", "IPV6", "ARP"].iter().enumerate() {
             assert_eq!(define(&format!("DROPS_PROTO_{name}")), i);
             assert_eq!(DROPS_PROTO_NAMES[i], name.to_ascii_lowercase());
@@ -222,7 +226,6 @@ mod tests {
             ]
         );
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
-        assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
         assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
         assert_eq!(
@@ -233,8 +236,6 @@ mod tests {
             ),
             (0, 1, 2)
         );
-        // Per-CPU map values are limited to 32 KiB by the kernel.
-        assert!(size_of::<DropsCounts>() <= 32 * 1024);
         // The field order in the header is the order mirrored here.
         assert_eq!(
             fields_of("runqlat_hist", "__u64"),

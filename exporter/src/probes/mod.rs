@@ -251,7 +251,7 @@ pub struct Kernel {
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 impl Kernel {
-    fn open() -> Result<Kernel, ProbeError> {
+    pub fn open() -> Result<Kernel, ProbeError> {
         let no_btf = |e: &dyn std::fmt::Display| {
             ProbeError(format!(
                 "kernel BTF unavailable at {VMLINUX_BTF}: {e} (needs CONFIG_DEBUG_INFO_BTF=y)"
