@@ -892,9 +892,18 @@ fn proc_softirqs() -> Vec<(String, Vec<f64>)> {
 }
 
 /// softirq against /proc/softirqs: per vector and CPU, the handler runs
-/// the probe counts over a window equal what the kernel's own counters
-/// count over a window that encloses it (within 1%; the outer window is a
-/// scrape longer). Loopback UDP traffic makes NET_RX busy.
+/// the probe counts between two scrapes lie between what the kernel's own
+/// counters count over a window inside the scrapes and over one around
+/// them (/proc/softirqs read before the first scrape, after it, before the
+/// second and after it), so what other work on the machine raises
+/// meanwhile needs no tolerance. The upper side is exact (one event of
+/// slack for a read between the kernel's count and the probe's hook).
+/// The lower side allows 2% (at least 3): while other sessions on this
+/// machine attached and detached their own programs, the probe counted 2
+/// to 11 fewer TIMER, SCHED, RCU or BLOCK entries than the inner window
+/// (the kernel reports no recursion misses for the programs; the
+/// block_rq_complete tracepoint shows the same shortfall to bpftrace,
+/// docs/probes.md). Loopback UDP traffic makes NET_RX busy.
 #[test]
 fn softirq_entries_match_proc_softirqs() {
     if !can_run_bpf() {
@@ -908,50 +917,60 @@ fn softirq_entries_match_proc_softirqs() {
     if !probe_up(&d, &first, "softirq") {
         return;
     }
-    let proc0 = proc_softirqs();
+    let outer0 = proc_softirqs();
     let before = d.scrape();
+    let inner0 = proc_softirqs();
     let started = std::time::Instant::now();
     common::udp_to_closed_port(20_000);
     std::thread::sleep(Duration::from_millis(1500));
+    let inner1 = proc_softirqs();
     let after = d.scrape();
     let elapsed = started.elapsed().as_secs_f64();
-    let proc1 = proc_softirqs();
+    let outer1 = proc_softirqs();
     let mut compared = 0;
-    let (mut total_ours, mut total_kernel) = (0.0, 0.0);
+    let (mut total_ours, mut total_inner, mut total_outer) = (0.0, 0.0, 0.0);
     let mut seconds = 0.0;
-    for ((name, c0), (_, c1)) in proc0.iter().zip(&proc1) {
-        for cpu in 0..c0.len() {
+    for (v, (name, o0)) in outer0.iter().enumerate() {
+        for cpu in 0..o0.len() {
             let series = format!("{{cpu=\"{cpu}\",vector=\"{name}\"}}");
             let entries = |e: &str| {
                 sample(e, &format!("usescope_softirq_entries_total{series}")).unwrap_or(0.0)
             };
             let ours = entries(&after) - entries(&before);
-            let kernel = c1[cpu] - c0[cpu];
+            let inner = inner1[v].1[cpu] - inner0[v].1[cpu];
+            let outer = outer1[v].1[cpu] - o0[cpu];
             seconds += sample(&after, &format!("usescope_softirq_seconds_total{series}"))
                 .unwrap_or(0.0)
                 - sample(&before, &format!("usescope_softirq_seconds_total{series}"))
                     .unwrap_or(0.0);
             total_ours += ours;
-            total_kernel += kernel;
-            if kernel < 20.0 {
-                continue;
-            }
-            eprintln!("softirq {name} cpu {cpu}: probe +{ours}, /proc/softirqs +{kernel}");
-            // The outer window is a scrape longer: a timer tick or an RCU
-            // callback may fall into it, hence the floor of 3.
-            assert!(
-                ours <= kernel && kernel - ours <= (kernel * 0.01).max(3.0),
-                "{name} cpu {cpu}: probe +{ours}, /proc/softirqs +{kernel}"
+            total_inner += inner;
+            total_outer += outer;
+            eprintln!(
+                "softirq {name} cpu {cpu}: /proc/softirqs inside +{inner}, probe +{ours}, around +{outer}"
             );
-            compared += 1;
+            assert!(
+                inner - (inner * 0.02).max(3.0) <= ours && ours <= outer + 1.0,
+                "{name} cpu {cpu}: probe +{ours} outside /proc/softirqs' +{inner}..+{outer}"
+            );
+            if inner >= 20.0 {
+                compared += 1;
+            }
         }
     }
+    let slack = (outer0.len() * outer0[0].1.len()) as f64;
     assert!(
-        total_ours <= total_kernel && total_ours >= total_kernel * 0.99,
-        "all vectors: probe +{total_ours}, /proc/softirqs +{total_kernel}"
+        total_inner * 0.98 - slack <= total_ours && total_ours <= total_outer + slack,
+        "all vectors: probe +{total_ours} outside /proc/softirqs' +{total_inner}..+{total_outer}"
+    );
+    // The bracket is tight: what the scrapes' own time adds is small
+    // next to the 20 000 datagrams.
+    assert!(
+        total_outer - total_inner < total_inner * 0.05,
+        "windows too far apart to mean anything: +{total_inner}..+{total_outer}"
     );
     assert!(compared >= 2, "too few busy vectors to compare");
-    let cpus = proc0[0].1.len() as f64;
+    let cpus = outer0[0].1.len() as f64;
     assert!(
         seconds > 0.0 && seconds < elapsed * cpus,
         "softirq time {seconds} s over {elapsed} s on {cpus} CPUs"
