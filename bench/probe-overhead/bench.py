@@ -32,9 +32,12 @@ import urllib.request
 
 WORKLOADS = [
     # name, probe, argv after the workload binary[, extra usescope flags]
-    ("runqlat: thread ping-pong (100k round trips)", "runqlat", ["pingpong", "100000"]),
-    ("runqlat, LRU hash start map: thread ping-pong (100k round trips)", "runqlat",
-     ["pingpong", "100000"], ["--probe.runqlat.start-map=lru-hash"]),
+    ("runqlat (sched_info): thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"]),
+    ("runqlat, wakeups + task storage: thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"], ["--probe.runqlat.source=task-storage"]),
+    ("runqlat, wakeups + LRU hash: thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"], ["--probe.runqlat.source=lru-hash"]),
     ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),

@@ -239,7 +239,7 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
         );
     }
     assert!(
-        expo.contains("usescope_probe_info{mode=\"tp_btf+task_storage\",probe=\"runqlat\"} 1"),
+        expo.contains("usescope_probe_info{mode=\"tp_btf+sched_info\",probe=\"runqlat\"} 1"),
         "task storage needs no more than CAP_BPF and CAP_PERFMON"
     );
     assert_no_capabilities(&d);
