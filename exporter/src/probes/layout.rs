@@ -52,6 +52,7 @@ pub struct CachestatCounts {
     pub accesses: u64,
     pub misses: u64,
     pub dirtied: u64,
+    pub readahead: u64,
 }
 
 pub const DROPS_CORE_SLOTS: usize = 256;
@@ -84,6 +85,7 @@ pub const BIOLAT_SUM_WORD: usize = word(offset_of!(BiolatHist, sum_ns));
 pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
 pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
 pub const CACHESTAT_DIRTIED_WORD: usize = word(offset_of!(CachestatCounts, dirtied));
+pub const CACHESTAT_READAHEAD_WORD: usize = word(offset_of!(CachestatCounts, readahead));
 
 #[cfg(test)]
 mod tests {
@@ -191,7 +193,7 @@ mod tests {
             ]
         );
         assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
-        assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
+        assert_eq!(size_of::<CachestatCounts>(), 4 * 8);
         assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
         assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
@@ -199,9 +201,10 @@ mod tests {
             (
                 CACHESTAT_ACCESSES_WORD,
                 CACHESTAT_MISSES_WORD,
-                CACHESTAT_DIRTIED_WORD
+                CACHESTAT_DIRTIED_WORD,
+                CACHESTAT_READAHEAD_WORD
             ),
-            (0, 1, 2)
+            (0, 1, 2, 3)
         );
         // Per-CPU map values are limited to 32 KiB by the kernel.
         assert!(size_of::<DropsCounts>() <= 32 * 1024);
@@ -217,7 +220,7 @@ mod tests {
         assert_eq!(fields_of("biolat_key", "__u32"), ["dev;", "op;"]);
         assert_eq!(
             fields_of("cachestat_counts", "__u64"),
-            ["accesses;", "misses;", "dirtied;"]
+            ["accesses;", "misses;", "dirtied;", "readahead;"]
         );
     }
 }

@@ -144,6 +144,9 @@ pub struct ProbeSettings {
     pub runqlat_lru_start_map: bool,
     /// `--probe.drops.protocol-label`: a `protocol` label on drops.
     pub drops_protocol_label: bool,
+    /// `--probe.cachestat.pid`: count one process's page-cache use only
+    /// (0: every process).
+    pub cachestat_pid: u32,
     /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
     /// statistics (off by default: they cost every BPF program on the host).
     pub bpf_stats: bool,
@@ -157,6 +160,7 @@ impl Default for ProbeSettings {
             runqlat_max_tasks: DEFAULT_RUNQLAT_MAX_TASKS,
             runqlat_lru_start_map: false,
             drops_protocol_label: false,
+            cachestat_pid: 0,
             bpf_stats: false,
         }
     }
@@ -189,6 +193,13 @@ pub fn add_args(cmd: Command) -> Command {
             .long("probe.drops.protocol-label")
             .action(ArgAction::SetTrue)
             .help("Add a protocol label (ipv4, ipv6, arp, other) to usescope_skb_drops_total"),
+    )
+    .arg(
+        Arg::new("probe.cachestat.pid")
+            .long("probe.cachestat.pid")
+            .value_name("PID")
+            .value_parser(value_parser!(u32).range(1..))
+            .help("Count the page-cache use of this one process only (its pid as the host sees it); default: every process"),
     )
     .arg(
         Arg::new("probe.bpf-stats")
@@ -224,6 +235,10 @@ pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSetting
             .get_one::<String>("probe.runqlat.start-map")
             .is_some_and(|v| v == "lru-hash"),
         drops_protocol_label: m.get_flag("probe.drops.protocol-label"),
+        cachestat_pid: m
+            .get_one::<u32>("probe.cachestat.pid")
+            .copied()
+            .unwrap_or(0),
         bpf_stats: m.get_flag("probe.bpf-stats"),
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod hangfs;
+pub mod loop_mount;
 pub mod node_exporter;
 pub mod skip;
 
@@ -286,6 +287,21 @@ pub fn sum_of(exposition: &str, name: &str) -> f64 {
 /// or, in CI, a failure (see [`skip`]).
 pub fn can_run_bpf() -> bool {
     skip::unless_root("to load BPF programs")
+}
+
+/// Whether the eBPF probe `probe` is up in the scrape `expo` of `d`. Down is
+/// a skip, and a failure in CI (a probe that silently reports 0 must not
+/// pass CI).
+pub fn probe_up(d: &Daemon, expo: &str, probe: &str) -> bool {
+    let up = sample(expo, &format!("usescope_probe_up{{probe=\"{probe}\"}}"));
+    if up == Some(1.0) {
+        return true;
+    }
+    let log = d.log().join("\n");
+    skip::unless_met(
+        false,
+        &format!("probe {probe} up (usescope_probe_up is {up:?}); log: {log}"),
+    )
 }
 
 /// node_exporter 1.12.1, the oracle of the compat tests: `$NODE_EXPORTER`,
