@@ -14,11 +14,11 @@
  * - mmap: a fault on a page that fault-around did not map fires
  *   mm_filemap_fault (one page); fault-around fires mm_filemap_map_pages with
  *   its window [start, end] (up to 16 pages, clamped to the file). Pages of
- *   a window count as accessed. Two repeats are recognised: the window that
- *   follows a fault contains the faulted page (counted once), and a fault on
- *   a readahead-marked page re-runs fault-around over the same window before
- *   the fault itself (counted once: a repeated window is held back and
- *   dropped when a fault inside it follows).
+ *   a window count as accessed. Repeats are recognised: the window that
+ *   follows a fault contains the faulted page (counted once); fault-around
+ *   runs again over the same window when a page in it was skipped (a
+ *   readahead marker, or I/O still in flight), and those pages were counted
+ *   with the window the first time.
  *
  * Misses and readahead, from mm_filemap_add_to_page_cache (folio-weighted):
  * before pages are added for a reader, the kernel announces what the reader
@@ -77,9 +77,6 @@ struct reader {
 	u64 win_mapping;
 	u64 win_first;
 	u64 win_last;
-	/* pages of a repeated window, counted at the thread's next event
-	 * unless that event is a fault inside the window */
-	u64 held_pages;
 };
 
 struct {
@@ -108,15 +105,6 @@ static __always_inline struct reader *reader(void)
 {
 	return bpf_task_storage_get(&us_cs_reader, bpf_get_current_task_btf(), 0,
 				    BPF_LOCAL_STORAGE_GET_F_CREATE);
-}
-
-/* Every event but a fault inside the held window makes the held pages
- * real accesses. */
-static __always_inline void release_held(struct reader *r,
-					 struct cachestat_counts *c)
-{
-	c->accesses += r->held_pages;
-	r->held_pages = 0;
 }
 
 static __always_inline void forget_adds(struct reader *r)
@@ -165,7 +153,6 @@ static __always_inline void on_get_pages(struct address_space *mapping,
 	r = reader();
 	if (!c || !r)
 		return;
-	release_held(r, c);
 	/* This batch's pages are in: later adds belong to someone else. */
 	forget_adds(r);
 	if (r->read_mapping == (u64)mapping && r->read_last == last_index &&
@@ -204,7 +191,6 @@ static __always_inline void on_demand(struct inode *host, u64 index,
 	r = reader();
 	if (!c || !r)
 		return;
-	release_held(r, c);
 	mapping = direct ? host->i_mapping : BPF_CORE_READ(host, i_mapping);
 	r->add_mapping = (u64)mapping;
 	r->demand_first = index;
@@ -282,19 +268,11 @@ static __always_inline void on_fault(struct address_space *mapping, u64 index)
 		return;
 	in_window = r->win_mapping == (u64)mapping && index >= r->win_first &&
 		    index <= r->win_last;
-	if (in_window && r->held_pages) {
-		/* Fault-around re-ran over its window for this fault:
-		 * nothing new was mapped, and this page was counted with the
-		 * window. */
-		r->held_pages = 0;
-	} else {
-		release_held(r, c);
-		/* A retry of the same fault (FAULT_FLAG_TRIED), or a page
-		 * of the last window, was counted already. */
-		if (!(r->fault_mapping == (u64)mapping && r->fault_index == index) &&
-		    !in_window)
-			c->accesses += 1;
-	}
+	/* A retry of the same fault (FAULT_FLAG_TRIED), or a page of the
+	 * last window, was counted already. */
+	if (!(r->fault_mapping == (u64)mapping && r->fault_index == index) &&
+	    !in_window)
+		c->accesses += 1;
 	r->fault_mapping = (u64)mapping;
 	r->fault_index = index;
 	/* Until readahead says otherwise, the reader needs this one page. */
@@ -318,16 +296,12 @@ static __always_inline void on_map_pages(struct address_space *mapping,
 	r = reader();
 	if (!c || !r)
 		return;
-	release_held(r, c);
 	forget_adds(r);
 	pages = last - first + 1;
+	/* The same window again: its pages were counted the first time. */
 	if (r->win_mapping == (u64)mapping && r->win_first == first &&
-	    r->win_last == last) {
-		/* The same window again: a fault on a page it skipped
-		 * (readahead marker), or a new mapping of the same range. */
-		r->held_pages = pages;
+	    r->win_last == last)
 		return;
-	}
 	if (r->fault_mapping == (u64)mapping && r->fault_index >= first &&
 	    r->fault_index <= last)
 		pages -= 1; /* the faulted page, counted by the fault */

@@ -1,7 +1,12 @@
 //! The cachestat probe against its oracle, mincore(2).
 //!
 //! Each workload runs on a file of a real ext4 filesystem on a loop device
-//! (the page cache of tmpfs is not a cache of anything). Just before each
+//! (the page cache of tmpfs is not a cache of anything). Since 6.16, ext4
+//! caches regular files in large folios, and since 6.18 fault-around maps
+//! a large folio whole, beyond the window its tracepoint reports: mmap
+//! accesses are then undercounted (docs/probes.md). The mmap tests run on
+//! both: an ext4 made with the `verity` feature, which keeps folios small
+//! (as ext4 before 6.16 and many other filesystems do), and a plain one. Just before each
 //! read, the test asks mincore which of the pages it is about to read are
 //! resident: those are the true hits, the rest the true misses. The daemon
 //! counts only this test process (`--probe.cachestat.pid`), so other
@@ -120,12 +125,19 @@ impl Drop for Mapping {
 }
 
 impl Bench {
-    /// None after a skip (no root, no ext4, probe down).
-    fn new() -> Option<Bench> {
+    /// None after a skip (no root, no ext4, probe down). `large_folios`:
+    /// a plain ext4; otherwise one whose files use single pages.
+    fn new(large_folios: bool) -> Option<Bench> {
         if !can_run_bpf() {
             return None;
         }
-        let mount = LoopMount::new("ext4", &["mkfs.ext4", "-q", "-F"], 2 * FILE_MIB as u64 + 32)?;
+        let mkfs: &[&str] = if large_folios {
+            &["mkfs.ext4", "-q", "-F"]
+        } else {
+            // ext4 turns large folios off on file systems with fs-verity.
+            &["mkfs.ext4", "-q", "-F", "-O", "verity"]
+        };
+        let mount = LoopMount::new("ext4", mkfs, 2 * FILE_MIB as u64 + 32)?;
         let page = page_size();
         let path = mount.mnt().join("data.bin");
         let pages = (FILE_MIB << 20) / page;
@@ -332,7 +344,7 @@ impl Pages {
 #[test]
 fn random_reads_over_a_partly_cached_file() {
     let _g = serial();
-    let Some(b) = Bench::new() else { return };
+    let Some(b) = Bench::new(true) else { return };
     b.evict();
     // Cache about 62% of the file in 64-page chunks, without readahead
     // (POSIX_FADV_RANDOM on a separate open file).
@@ -373,7 +385,7 @@ fn random_reads_over_a_partly_cached_file() {
 #[test]
 fn sequential_reads_cold_then_warm() {
     let _g = serial();
-    let Some(b) = Bench::new() else { return };
+    let Some(b) = Bench::new(true) else { return };
     // 128 KiB reads, as `cp` or a log shipper would do.
     let per_read = (128 << 10) / b.page;
     let read_file = || {
@@ -397,24 +409,66 @@ fn sequential_reads_cold_then_warm() {
     assert!(b.daemon.stop().success());
 }
 
-#[test]
-fn mmap_reads_cold_then_warm() {
-    let _g = serial();
-    let Some(b) = Bench::new() else { return };
+/// Maps the file twice, reading every page: cold (evicted first), then
+/// warm. Returns (probe, truth) of each pass.
+fn mmap_cold_then_warm(b: &Bench) -> [(Counters, Truth); 2] {
     let read_mapped = || {
         let mut truth = Truth::default();
         b.read_through_mmap(&mut truth);
         truth
     };
     b.evict();
-    let (cold, truth) = b.measure(read_mapped);
-    assert_agrees("mmap cold", cold, &truth, 0.02);
+    let cold = b.measure(read_mapped);
+    let warm = b.measure(read_mapped);
+    assert_eq!(warm.1.hits, warm.1.accesses, "the warm pass found every page");
+    [cold, warm]
+}
+
+#[test]
+fn mmap_reads_cold_then_warm() {
+    let _g = serial();
+    let Some(b) = Bench::new(false) else { return };
+    let [(cold, cold_truth), (warm, warm_truth)] = mmap_cold_then_warm(&b);
+    assert_agrees("mmap cold", cold, &cold_truth, 0.02);
     assert!(
         cold.misses + cold.readahead >= b.pages as f64 * 0.98,
         "every page came in, as a miss or as readahead: {cold:?}"
     );
-    let (warm, truth) = b.measure(read_mapped);
-    assert_agrees("mmap warm", warm, &truth, 0.02);
-    assert_eq!(truth.hits, truth.accesses);
+    assert_agrees("mmap warm", warm, &warm_truth, 0.02);
+    assert!(b.daemon.stop().success());
+}
+
+/// With large folios, fault-around maps more than the window it reports:
+/// the hit ratio still agrees (misses are counted exactly), accesses fall
+/// short. This pins the documented limit: if a kernel starts reporting
+/// what it maps, the undercount assertion says so.
+#[test]
+fn mmap_reads_with_large_folios_undercount_accesses_only() {
+    let _g = serial();
+    let Some(b) = Bench::new(true) else { return };
+    for (what, (probe, truth)) in ["cold", "warm"].iter().zip(mmap_cold_then_warm(&b)) {
+        eprintln!(
+            "cachestat mmap {what}, large folios: mincore {} pages read, {} resident; \
+             probe accesses {} ({:.0}% of the pages), misses {}, readahead {}",
+            truth.accesses,
+            truth.hits,
+            probe.accesses,
+            100.0 * probe.accesses / truth.accesses as f64,
+            probe.misses,
+            probe.readahead
+        );
+        assert!(
+            (probe.hit_ratio() - truth.hit_ratio()).abs() <= 0.02,
+            "mmap {what}: probe hit ratio {:.4}, mincore {:.4}",
+            probe.hit_ratio(),
+            truth.hit_ratio()
+        );
+        assert!(
+            probe.accesses <= truth.accesses as f64 * 1.02,
+            "mmap {what}: {} accesses for {} pages",
+            probe.accesses,
+            truth.accesses
+        );
+    }
     assert!(b.daemon.stop().success());
 }
