@@ -194,7 +194,8 @@ impl Bench {
     fn evict(&self) {
         self.wait_for_idle_disk();
         // SAFETY: valid fd. The pages are clean (written and fsynced).
-        let r = unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let r =
+            unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(r, 0);
         assert_eq!(self.resident(0, self.pages), 0, "eviction left pages");
     }
@@ -216,7 +217,11 @@ impl Bench {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "{} never idle", self.inflight.display());
+            assert!(
+                Instant::now() < deadline,
+                "{} never idle",
+                self.inflight.display()
+            );
             std::thread::sleep(Duration::from_micros(200));
         }
     }
@@ -420,7 +425,10 @@ fn mmap_cold_then_warm(b: &Bench) -> [(Counters, Truth); 2] {
     b.evict();
     let cold = b.measure(read_mapped);
     let warm = b.measure(read_mapped);
-    assert_eq!(warm.1.hits, warm.1.accesses, "the warm pass found every page");
+    assert_eq!(
+        warm.1.hits, warm.1.accesses,
+        "the warm pass found every page"
+    );
     [cold, warm]
 }
 
