@@ -178,6 +178,10 @@ impl Bench {
         if !probe_up(&daemon, &expo, "cachestat") {
             return None;
         }
+        let mode = expo
+            .lines()
+            .find(|l| l.starts_with("usescope_probe_info{") && l.contains("probe=\"cachestat\""));
+        eprintln!("cachestat: {}", mode.unwrap_or("no usescope_probe_info"));
         Some(Bench {
             daemon,
             file,
