@@ -18,7 +18,10 @@
  *   follows a fault contains the faulted page (counted once); fault-around
  *   runs again over the same window when a page in it was skipped (a
  *   readahead marker, or I/O still in flight), and those pages were counted
- *   with the window the first time.
+ *   with the window the first time. Since 6.18 fault-around maps large
+ *   folios whole, beyond the window it reports, and a 2 MiB folio mapped
+ *   by one PMD fires nothing: there mmap accesses are undercounted
+ *   (docs/probes.md).
  *
  * Misses and readahead, from mm_filemap_add_to_page_cache (folio-weighted):
  * before pages are added for a reader, the kernel announces what the reader
@@ -70,8 +73,8 @@ struct reader {
 	u64 demand_last;
 	u64 ra_first;
 	u64 ra_last;
-	/* mmap: the last faulted page (NO_PAGE: none since the last window)
-	 * and the last fault-around window */
+	/* mmap: the last faulted page (fault_mapping 0: none since the last
+	 * window) and the last fault-around window */
 	u64 fault_mapping;
 	u64 fault_index;
 	u64 win_mapping;
@@ -182,18 +185,18 @@ static __always_inline void on_demand(struct inode *host, u64 index,
 				      u64 req_count, const bool direct)
 {
 	struct address_space *mapping;
-	struct cachestat_counts *c;
 	struct reader *r;
 
 	if (filtered_out())
 		return;
-	c = counts();
 	r = reader();
-	if (!c || !r)
+	if (!r)
 		return;
 	mapping = direct ? host->i_mapping : BPF_CORE_READ(host, i_mapping);
 	r->add_mapping = (u64)mapping;
 	r->demand_first = index;
+	/* (A read() that starts at the page this thread's unfinished fault
+	 * was on is taken for the fault: one page of demand.) */
 	if (r->fault_mapping == (u64)mapping && r->fault_index == index)
 		r->demand_last = index;
 	else
