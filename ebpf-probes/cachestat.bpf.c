@@ -19,9 +19,9 @@
  *   runs again over the same window when a page in it was skipped (a
  *   readahead marker, or I/O still in flight), and those pages were counted
  *   with the window the first time. Since 6.18 fault-around maps large
- *   folios whole, beyond the window it reports, and a 2 MiB folio mapped
- *   by one PMD fires nothing: there mmap accesses are undercounted
- *   (docs/probes.md).
+ *   folios whole, beyond the window it reports: the window is widened to
+ *   the folios at its ends. A 2 MiB folio mapped by one PMD fires nothing
+ *   and is not counted (docs/probes.md).
  *
  * Misses and readahead, from mm_filemap_add_to_page_cache (folio-weighted):
  * before pages are added for a reader, the kernel announces what the reader
@@ -131,6 +131,50 @@ static __always_inline u64 folio_pages(struct folio *folio, const bool direct)
 		return 1;
 	flags_1 = direct ? folio->_flags_1 : BPF_CORE_READ(folio, _flags_1);
 	return 1UL << (flags_1 & 0x1f);
+}
+
+/* The page cache's xarray (include/linux/xarray.h): entries with low bits
+ * 10 are internal; above 4096 they point at a node (+2), below 63 << 2 they
+ * are siblings naming the slot of a multi-slot entry (a large folio). */
+#define XA_CHUNK_MASK 63
+#define XA_MAX_LEVELS 6 /* 64^6 pages: far beyond any file */
+#define xa_is_internal(e) (((u64)(e) & 3) == 2)
+#define xa_is_node(e) (xa_is_internal(e) && (u64)(e) > 4096)
+#define xa_is_sibling(e) (xa_is_internal(e) && (u64)(e) < (XA_CHUNK_MASK << 2))
+
+/* The folio caching page `index` of `mapping`, or NULL: xa_load() by hand.
+ * The callers run inside the RCU read section that protects the walk. */
+static __always_inline struct folio *cached_folio(struct address_space *mapping,
+						  u64 index)
+{
+	void *entry = BPF_CORE_READ(mapping, i_pages.xa_head);
+	struct xa_node *node;
+	u8 shift = 0;
+	u32 slot;
+	int level;
+
+	for (level = 0; level < XA_MAX_LEVELS; level++) {
+		if (!xa_is_node(entry))
+			break;
+		node = (struct xa_node *)((u64)entry - 2);
+		shift = BPF_CORE_READ(node, shift);
+		if (level == 0 && (index >> shift) > XA_CHUNK_MASK)
+			return NULL; /* beyond what the tree holds */
+		slot = (index >> shift) & XA_CHUNK_MASK;
+		entry = NULL;
+		bpf_probe_read_kernel(&entry, sizeof(entry), &node->slots[slot]);
+		if (xa_is_sibling(entry)) {
+			slot = ((u64)entry >> 2) & XA_CHUNK_MASK;
+			entry = NULL;
+			bpf_probe_read_kernel(&entry, sizeof(entry),
+					      &node->slots[slot]);
+		}
+	}
+	/* NULL, a shadow (value) entry of an evicted page, or a node too
+	 * deep: no folio. */
+	if (!entry || ((u64)entry & 3))
+		return NULL;
+	return entry;
 }
 
 static __always_inline u64 last_page_of(struct address_space *mapping,
@@ -290,8 +334,9 @@ static __always_inline void on_map_pages(struct address_space *mapping,
 					 u64 first, u64 last)
 {
 	struct cachestat_counts *c;
+	struct folio *folio;
 	struct reader *r;
-	u64 pages;
+	u64 pages, edge, last_page;
 
 	if (filtered_out() || last < first)
 		return;
@@ -300,11 +345,29 @@ static __always_inline void on_map_pages(struct address_space *mapping,
 	if (!c || !r)
 		return;
 	forget_adds(r);
-	pages = last - first + 1;
+	/* Since 6.18 fault-around maps a large folio whole when it fits the
+	 * VMA and page table, past the window it reports: widen the window
+	 * to the folios at its ends (a folio inside it adds nothing). */
+	folio = cached_folio(mapping, first);
+	if (folio) {
+		edge = BPF_CORE_READ(folio, index);
+		if (edge < first)
+			first = edge;
+	}
+	folio = cached_folio(mapping, last);
+	if (folio) {
+		edge = BPF_CORE_READ(folio, index) + folio_pages(folio, false) - 1;
+		last_page = last_page_of(mapping, false);
+		if (edge > last_page)
+			edge = last_page;
+		if (edge > last)
+			last = edge;
+	}
 	/* The same window again: its pages were counted the first time. */
 	if (r->win_mapping == (u64)mapping && r->win_first == first &&
 	    r->win_last == last)
 		return;
+	pages = last - first + 1;
 	if (r->fault_mapping == (u64)mapping && r->fault_index >= first &&
 	    r->fault_index <= last)
 		pages -= 1; /* the faulted page, counted by the fault */

@@ -3,10 +3,12 @@
 //! Each workload runs on a file of a real ext4 filesystem on a loop device
 //! (the page cache of tmpfs is not a cache of anything). Since 6.16, ext4
 //! caches regular files in large folios, and since 6.18 fault-around maps
-//! a large folio whole, beyond the window its tracepoint reports: mmap
-//! accesses are then undercounted (docs/probes.md). The mmap tests run on
-//! both: an ext4 made with the `verity` feature, which keeps folios small
-//! (as ext4 before 6.16 and many other filesystems do), and a plain one. Just before each
+//! a large folio whole, beyond the window its tracepoint reports (the
+//! probe widens the window to the folios at its ends), while a 2 MiB folio
+//! mapped by one page-table entry fires no tracepoint at all (docs/probes.md).
+//! The mmap tests run on both: an ext4 made with the `verity` feature,
+//! which keeps folios small (as ext4 before 6.16 and many other filesystems
+//! do), and a plain one. Just before each
 //! read, the test asks mincore which of the pages it is about to read are
 //! resident: those are the true hits, the rest the true misses. The daemon
 //! counts only this test process (`--probe.cachestat.pid`), so other
@@ -449,12 +451,12 @@ fn mmap_reads_cold_then_warm() {
     assert!(b.daemon.stop().success());
 }
 
-/// With large folios, fault-around maps more than the window it reports:
-/// the hit ratio still agrees (misses are counted exactly), accesses fall
-/// short. This pins the documented limit: if a kernel starts reporting
-/// what it maps, the undercount assertion says so.
+/// With large folios, the window fault-around reports is widened to the
+/// folios at its ends; what stays invisible is a 2 MiB folio mapped by one
+/// PMD entry, which fires no tracepoint. The hit ratio agrees (misses are
+/// counted exactly); accesses may fall short by those PMD-mapped folios.
 #[test]
-fn mmap_reads_with_large_folios_undercount_accesses_only() {
+fn mmap_reads_with_large_folios() {
     let _g = serial();
     let Some(b) = Bench::new(true) else { return };
     for (what, (probe, truth)) in ["cold", "warm"].iter().zip(mmap_cold_then_warm(&b)) {
@@ -474,8 +476,12 @@ fn mmap_reads_with_large_folios_undercount_accesses_only() {
             probe.hit_ratio(),
             truth.hit_ratio()
         );
+        // Measured: 94% (one of sixteen 2 MiB stretches PMD-mapped). Half
+        // leaves room for more PMD mappings, and still fails if the
+        // widening to whole folios stops working (30% without it).
         assert!(
-            probe.accesses <= truth.accesses as f64 * 1.02,
+            probe.accesses <= truth.accesses as f64 * 1.02
+                && probe.accesses >= truth.accesses as f64 * 0.5,
             "mmap {what}: {} accesses for {} pages",
             probe.accesses,
             truth.accesses
