@@ -330,13 +330,27 @@ static __always_inline void on_fault(struct address_space *mapping, u64 index)
 	r->ra_last = 0;
 }
 
+/* Whether the file's page cache may hold large folios: its largest folio
+ * order (6.10+) is above 0. Kernels without the field: assume it may. */
+static __always_inline bool may_have_large_folios(struct address_space *mapping)
+{
+	u64 flags, shift, bits;
+
+	if (!bpf_core_enum_value_exists(enum mapping_flags, AS_FOLIO_ORDER_MAX))
+		return true;
+	shift = bpf_core_enum_value(enum mapping_flags, AS_FOLIO_ORDER_MAX);
+	bits = bpf_core_enum_value(enum mapping_flags, AS_FOLIO_ORDER_BITS);
+	flags = BPF_CORE_READ(mapping, flags);
+	return (flags >> shift) & ((1UL << bits) - 1);
+}
+
 static __always_inline void on_map_pages(struct address_space *mapping,
 					 u64 first, u64 last)
 {
 	struct cachestat_counts *c;
 	struct folio *folio;
 	struct reader *r;
-	u64 pages, edge, last_page;
+	u64 pages, edge, end, last_page;
 
 	if (filtered_out() || last < first)
 		return;
@@ -347,21 +361,27 @@ static __always_inline void on_map_pages(struct address_space *mapping,
 	forget_adds(r);
 	/* Since 6.18 fault-around maps a large folio whole when it fits the
 	 * VMA and page table, past the window it reports: widen the window
-	 * to the folios at its ends (a folio inside it adds nothing). */
-	folio = cached_folio(mapping, first);
-	if (folio) {
-		edge = BPF_CORE_READ(folio, index);
-		if (edge < first)
-			first = edge;
-	}
-	folio = cached_folio(mapping, last);
-	if (folio) {
-		edge = BPF_CORE_READ(folio, index) + folio_pages(folio, false) - 1;
-		last_page = last_page_of(mapping, false);
-		if (edge > last_page)
-			edge = last_page;
-		if (edge > last)
-			last = edge;
+	 * to the folios at its ends (a folio inside it adds nothing). The
+	 * xarray walks cost ~250 ns each: only for files that can have large
+	 * folios, and once when one folio covers both ends. */
+	if (may_have_large_folios(mapping)) {
+		folio = cached_folio(mapping, last);
+		if (folio) {
+			edge = BPF_CORE_READ(folio, index);
+			end = edge + folio_pages(folio, false) - 1;
+			last_page = last_page_of(mapping, false);
+			if (end > last_page)
+				end = last_page;
+			if (end > last)
+				last = end;
+			if (edge > first)
+				folio = cached_folio(mapping, first);
+			if (folio) {
+				edge = BPF_CORE_READ(folio, index);
+				if (edge < first)
+					first = edge;
+			}
+		}
 	}
 	/* The same window again: its pages were counted the first time. */
 	if (r->win_mapping == (u64)mapping && r->win_first == first &&
