@@ -20,8 +20,9 @@
  *   readahead marker, or I/O still in flight), and those pages were counted
  *   with the window the first time. Since 6.18 fault-around maps large
  *   folios whole, beyond the window it reports: the window is widened to
- *   the folios at its ends. A 2 MiB folio mapped by one PMD fires nothing
- *   and is not counted (docs/probes.md).
+ *   the folios at its ends. A folio mapped by one PMD entry fires nothing,
+ *   and a fault that maps a whole folio reports one page: those are
+ *   undercounted (docs/probes.md).
  *
  * Misses and readahead, from mm_filemap_add_to_page_cache (folio-weighted):
  * before pages are added for a reader, the kernel announces what the reader

@@ -4,8 +4,8 @@
 //! (the page cache of tmpfs is not a cache of anything). Since 6.16, ext4
 //! caches regular files in large folios, and since 6.18 fault-around maps
 //! a large folio whole, beyond the window its tracepoint reports (the
-//! probe widens the window to the folios at its ends), while a 2 MiB folio
-//! mapped by one page-table entry fires no tracepoint at all (docs/probes.md).
+//! probe widens the window to the folios at its ends), while a large folio
+//! mapped whole by a fault counts one page (docs/probes.md).
 //! The mmap tests run on both: an ext4 made with the `verity` feature,
 //! which keeps folios small (as ext4 before 6.16 and many other filesystems
 //! do), and a plain one. Just before each
@@ -452,9 +452,9 @@ fn mmap_reads_cold_then_warm() {
 }
 
 /// With large folios, the window fault-around reports is widened to the
-/// folios at its ends; what stays invisible is a 2 MiB folio mapped by one
-/// PMD entry, which fires no tracepoint. The hit ratio agrees (misses are
-/// counted exactly); accesses may fall short by those PMD-mapped folios.
+/// folios at its ends; what stays short is a large folio mapped whole by a
+/// fault (one page counted). The hit ratio agrees (misses are counted
+/// exactly); accesses may fall short by those folios.
 #[test]
 fn mmap_reads_with_large_folios() {
     let _g = serial();
@@ -476,9 +476,9 @@ fn mmap_reads_with_large_folios() {
             probe.hit_ratio(),
             truth.hit_ratio()
         );
-        // Measured: 94% (one of sixteen 2 MiB stretches PMD-mapped). Half
-        // leaves room for more PMD mappings, and still fails if the
-        // widening to whole folios stops working (30% without it).
+        // Measured: 94% (511 of 8192 pages short). Half leaves room for
+        // more such folios, and still fails if the widening to whole
+        // folios stops working (30% without it).
         assert!(
             probe.accesses <= truth.accesses as f64 * 1.02
                 && probe.accesses >= truth.accesses as f64 * 0.5,
