@@ -646,14 +646,15 @@ def ebpf():
 
     L.row("Page cache")
     L.add(timeseries("Page-cache hit ratio",
-        "1 - misses / accesses. Bad: below 50% under steady reads. Cold reads are ~0%, warm 100%; readahead and writes count as misses; O_DIRECT is invisible.",
+        "1 - misses / accesses: the share of pages readers asked for (read() or mmap) that were already cached. Bad: below 50% under steady reads. Pages readahead fetched before a reader asked count as hits; O_DIRECT is invisible.",
         "percentunit", targets((f'clamp_min(1 - rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}]) / (rate(usescope_page_cache_accesses_total{{{SEL}}}[{RI}]) > 0), 0)', "hit ratio")),
         minimum=0, maximum=1, thr=thresholds((0.5, "transparent"))), 8, 8)
-    L.add(timeseries("Page-cache accesses, misses, dirtied",
-        "Pages per second. Bad: misses tracking accesses (nothing is cached); dirtied far above disk writes (writeback will stall writers).",
+    L.add(timeseries("Page-cache accesses, misses, readahead, dirtied",
+        "Pages per second. Misses + readahead is what the cache read in. Bad: misses tracking accesses (nothing is cached); readahead far above accesses (read in, never used); dirtied far above disk writes (writeback will stall writers).",
         "cps", targets(
             (f'rate(usescope_page_cache_accesses_total{{{SEL}}}[{RI}])', "accesses"),
             (f'rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}])', "misses"),
+            (f'rate(usescope_page_cache_readahead_pages_total{{{SEL}}}[{RI}])', "readahead"),
             (f'rate(usescope_page_cache_dirtied_total{{{SEL}}}[{RI}])', "dirtied"))), 8, 8)
     L.add(timeseries("Disk reads for comparison",
         "Bytes read from disk per second: should track page-cache misses. Bad: high disk reads with few misses means O_DIRECT I/O bypassing the cache.",

@@ -89,11 +89,13 @@ struct reclaim_hists {
 	__u64 sum_ns[RECLAIM_KINDS];
 };
 
-/* cachestat: pages, not calls. */
+/* cachestat: pages, not calls. accesses and misses are demand reads
+ * (read() and mmap); readahead counts pages brought in on speculation. */
 struct cachestat_counts {
 	__u64 accesses;
 	__u64 misses;
 	__u64 dirtied;
+	__u64 readahead;
 };
 
 /*

@@ -20,6 +20,7 @@ packages=(
   wrk                             # the load test
   python3-fusepy                  # tests/tools/hangfs.py: a real hung FUSE mount (libfuse2)
   xfsprogs btrfs-progs            # real XFS and btrfs filesystems on loop devices (tests/compat_fs_net.rs)
+  e2fsprogs                       # mkfs.ext4: the ext4 on a loop device of the cachestat oracle (tests/probe_cachestat.rs)
   mount                           # losetup: the loop device of the biolatency test (tests/probes.rs)
   nftables iproute2               # the drops test's oracle: an nft drop rule's counter in its own netns (tests/drops_in_use.rs)
 )

@@ -41,6 +41,7 @@ WORKLOADS = [
     ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
+    ("cachestat: warm 64 MiB mapped and read 20 times", "cachestat", ["mmap", "{file}", "20"]),
     ("biolatency: 20k O_DIRECT 4 KiB reads", "biolatency", ["direct", "{file}", "20000"]),
     ("softirq: UDP to a closed port (200k datagrams, one NET_RX each)", "softirq", ["udp", "200000"]),
     # In a memory cgroup limited to 16 MiB (the 5th field): every 64 pages

@@ -8,6 +8,7 @@
 //!   workload udp N             N UDP datagrams to a closed port on 127.0.0.1
 //!   workload warm FILE N       N 4 KiB preads of a cached file
 //!   workload cold FILE         evict FILE from the page cache, read it once
+//!   workload mmap FILE N       map a cached FILE N times, one byte read per page
 //!   workload direct FILE N     N 4 KiB O_DIRECT preads of FILE (block I/O)
 //!
 //! Built with plain `rustc -O` (std only) by run.sh.
@@ -40,7 +41,12 @@ unsafe extern "C" {
     fn getrusage(who: i32, usage: *mut Rusage) -> i32;
     fn pipe(fds: *mut i32) -> i32;
     fn posix_fadvise(fd: i32, offset: i64, len: i64, advice: i32) -> i32;
+    fn mmap(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut u8;
+    fn munmap(addr: *mut u8, len: usize) -> i32;
 }
+
+const PROT_READ: i32 = 1;
+const MAP_SHARED: i32 = 1;
 
 const POSIX_FADV_DONTNEED: i32 = 4;
 
@@ -139,6 +145,32 @@ fn cold(path: &str) -> u128 {
     start.elapsed().as_nanos()
 }
 
+/// Page faults of file mappings: each pass maps the (cached) file afresh
+/// and reads one byte per page, so every page is mapped by fault-around or
+/// a fault again.
+fn mapped(path: &str, n: u64) -> u128 {
+    let f = File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let mut buf = vec![0u8; 1 << 20];
+    while (&f).read(&mut buf).unwrap() > 0 {}
+    let start = Instant::now();
+    let mut sum = 0u64;
+    for _ in 0..n {
+        // SAFETY: a fresh read-only mapping of an open file of `len`
+        // bytes, read within bounds, unmapped below.
+        unsafe {
+            let m = mmap(std::ptr::null_mut(), len, PROT_READ, MAP_SHARED, f.as_raw_fd(), 0);
+            assert!(!m.is_null() && m as isize != -1);
+            for off in (0..len).step_by(4096) {
+                sum += std::ptr::read_volatile(m.add(off)) as u64;
+            }
+            assert_eq!(munmap(m, len), 0);
+        }
+    }
+    std::hint::black_box(sum);
+    start.elapsed().as_nanos()
+}
+
 /// O_DIRECT on x86_64 and aarch64 Linux (std has no libc constants).
 const O_DIRECT: i32 = 0o40000;
 
@@ -176,6 +208,7 @@ fn main() {
         "udp" => udp(num(2)),
         "warm" => warm(arg(2), num(3)),
         "cold" => cold(arg(2)),
+        "mmap" => mapped(arg(2), num(3)),
         "direct" => direct(arg(2), num(3)),
         other => {
             eprintln!("unknown workload {other:?}");

@@ -11,6 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::fixture;
+use common::loop_mount::LoopMount;
 use common::node_exporter::{self, Pair, assert_same, scrape_both, success};
 
 /// A temporary procfs (or sysfs) root holding only the files a test writes.
@@ -254,92 +255,6 @@ fn xfs_fixture() {
     let us = assert_same(&pair, "xfs");
     assert_eq!(us.len(), 39);
     assert_eq!(us["node_xfs_read_calls_total"].series.len(), 2);
-}
-
-/// A real XFS filesystem on a loop device, mounted for the test and
-/// unmounted when dropped.
-struct LoopMount {
-    dir: tempfile::TempDir,
-    device: String,
-}
-
-impl LoopMount {
-    /// `mkfs` (`mkfs.xfs -q -f`, ...) an image of `mib` MiB and mount it;
-    /// `None` after a skip (a failure in CI, through `common::skip`) when
-    /// this host cannot.
-    fn new(fstype: &str, mkfs: &[&str], mib: u64) -> Option<LoopMount> {
-        let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
-        let has_fs = filesystems
-            .lines()
-            .any(|l| l.split_whitespace().last() == Some(fstype));
-        if !common::skip::unless_met(has_fs, &format!("a kernel with {fstype}"))
-            || !common::skip::unless_root("to mount a loop device")
-        {
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let image = dir.path().join("fs.img");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        std::fs::File::create(&image)
-            .unwrap()
-            .set_len(mib << 20)
-            .unwrap();
-        let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
-            std::process::Command::new(cmd)
-                .args(args)
-                .output()
-                .map_err(|e| format!("{cmd}: {e}"))
-                .and_then(|o| {
-                    o.status.success().then_some(o.stdout).ok_or_else(|| {
-                        format!("{cmd} failed: {}", String::from_utf8_lossy(&o.stderr))
-                    })
-                })
-        };
-        let mut args: Vec<&std::ffi::OsStr> = mkfs[1..].iter().map(|a| a.as_ref()).collect();
-        args.push(image.as_os_str());
-        if let Err(e) = run(mkfs[0], &args) {
-            common::skip::unless_met(false, &format!("{e} (scripts/setup.sh installs it)"));
-            return None;
-        }
-        if let Err(e) = run(
-            "mount",
-            &[
-                "-o".as_ref(),
-                "loop".as_ref(),
-                image.as_os_str(),
-                mnt.as_os_str(),
-            ],
-        ) {
-            common::skip::unless_met(false, &e);
-            return None;
-        }
-        let source = run(
-            "findmnt",
-            &[
-                "-n".as_ref(),
-                "-o".as_ref(),
-                "SOURCE".as_ref(),
-                mnt.as_os_str(),
-            ],
-        )
-        .expect("findmnt");
-        let source = String::from_utf8(source).unwrap();
-        let device = source.trim().trim_start_matches("/dev/").to_string();
-        Some(LoopMount { dir, device })
-    }
-
-    fn mnt(&self) -> std::path::PathBuf {
-        self.dir.path().join("mnt")
-    }
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(self.mnt())
-            .status();
-    }
 }
 
 /// Some files written, read, renamed and removed, then synced.

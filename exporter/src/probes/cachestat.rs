@@ -1,11 +1,15 @@
-//! Page cache: `usescope_page_cache_accesses_total` (pages read() asked
-//! for), `usescope_page_cache_misses_total` (pages added to the cache) and
-//! `usescope_page_cache_dirtied_total`, from the filemap and writeback
-//! tracepoints. Hit ratio = 1 - rate(misses) / rate(accesses); see
-//! docs/probes.md for what readahead and writes do to it.
+//! Page cache as readers see it: `usescope_page_cache_accesses_total`
+//! (pages readers asked for, through read() or mmap),
+//! `usescope_page_cache_misses_total` (those that were not in the cache),
+//! `usescope_page_cache_readahead_pages_total` (pages readahead brought in
+//! before anyone asked) and `usescope_page_cache_dirtied_total`, from the
+//! filemap, readahead and writeback tracepoints. Hit ratio = 1 -
+//! rate(misses) / rate(accesses); docs/probes.md says what it counts and
+//! what it cannot see. The kernel side's comment explains the bookkeeping.
 
 use super::layout::{
-    CACHESTAT_ACCESSES_WORD, CACHESTAT_DIRTIED_WORD, CACHESTAT_MISSES_WORD, CachestatCounts,
+    CACHESTAT_ACCESSES_WORD, CACHESTAT_DIRTIED_WORD, CACHESTAT_MISSES_WORD,
+    CACHESTAT_READAHEAD_WORD, CachestatCounts,
 };
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::percpu::PerCpuStruct;
@@ -18,24 +22,36 @@ pub const COLLECTOR: &str = "probe_cachestat";
 
 const ACCESSES: Desc = Desc::counter(
     "usescope_page_cache_accesses_total",
-    "Pages requested from the page cache by reads (filemap:mm_filemap_get_pages, clamped to the file size, each read counted once).",
+    "Pages readers asked the page cache for: read() ranges clamped to the file size, and pages mapped by mmap faults and fault-around.",
 );
 const MISSES: Desc = Desc::counter(
     "usescope_page_cache_misses_total",
-    "Pages added to the page cache (filemap:mm_filemap_add_to_page_cache), i.e. misses, including readahead.",
+    "Pages readers asked for that were not in the page cache and had to be read in (readahead pages not counted).",
+);
+const READAHEAD: Desc = Desc::counter(
+    "usescope_page_cache_readahead_pages_total",
+    "Pages readahead added to the page cache beyond what readers asked for.",
 );
 const DIRTIED: Desc = Desc::counter(
     "usescope_page_cache_dirtied_total",
     "Page-cache pages dirtied by writes (writeback:writeback_dirty_folio).",
 );
 
+/// Nine hooks, as tp_btf programs or, where tp_btf is refused, raw_tp
+/// copies of the same handlers.
 pub const MODES: &[Mode] = &[
     Mode {
         name: "tp_btf",
         kind: Kind::BtfTracePoint,
         programs: &[
             ("us_cs_get_btf", "mm_filemap_get_pages"),
+            ("us_cs_sync_ra_btf", "page_cache_sync_ra"),
+            ("us_cs_async_ra_btf", "page_cache_async_ra"),
+            ("us_cs_ra_order_btf", "page_cache_ra_order"),
+            ("us_cs_ra_unbounded_btf", "page_cache_ra_unbounded"),
             ("us_cs_add_btf", "mm_filemap_add_to_page_cache"),
+            ("us_cs_fault_btf", "mm_filemap_fault"),
+            ("us_cs_map_btf", "mm_filemap_map_pages"),
             ("us_cs_dirty_btf", "writeback_dirty_folio"),
         ],
     },
@@ -44,7 +60,13 @@ pub const MODES: &[Mode] = &[
         kind: Kind::RawTracePoint,
         programs: &[
             ("us_cs_get_raw", "mm_filemap_get_pages"),
+            ("us_cs_sync_ra_raw", "page_cache_sync_ra"),
+            ("us_cs_async_ra_raw", "page_cache_async_ra"),
+            ("us_cs_ra_order_raw", "page_cache_ra_order"),
+            ("us_cs_ra_unbounded_raw", "page_cache_ra_unbounded"),
             ("us_cs_add_raw", "mm_filemap_add_to_page_cache"),
+            ("us_cs_fault_raw", "mm_filemap_fault"),
+            ("us_cs_map_raw", "mm_filemap_map_pages"),
             ("us_cs_dirty_raw", "writeback_dirty_folio"),
         ],
     },
@@ -66,10 +88,15 @@ pub const MAP: &str = "us_cs_counts";
 const VALUE_SIZE: usize = size_of::<CachestatCounts>();
 
 /// In the probe loader process: load and attach.
-pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
+pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let shift = page_shift();
+    let only_tgid = settings.cachestat_pid;
     loader::load_and_attach(loader::CACHESTAT_OBJ, &kernel.btf, MODES, |l| {
         l.override_global("page_shift", &shift, true);
+        l.override_global("only_tgid", &only_tgid, true);
+        // aya 0.14 has no wrapper type for the per-thread task storage
+        // map; without this it would refuse the object.
+        l.allow_unsupported_maps();
     })
 }
 
@@ -96,6 +123,7 @@ impl Collector for CachestatCollector {
             (&ACCESSES, CACHESTAT_ACCESSES_WORD),
             (&MISSES, CACHESTAT_MISSES_WORD),
             (&DIRTIED, CACHESTAT_DIRTIED_WORD),
+            (&READAHEAD, CACHESTAT_READAHEAD_WORD),
         ] {
             enc.family(desc);
             enc.sample(desc, &[], self.counts.sum(word));

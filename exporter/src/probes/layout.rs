@@ -61,6 +61,7 @@ pub struct CachestatCounts {
     pub accesses: u64,
     pub misses: u64,
     pub dirtied: u64,
+    pub readahead: u64,
 }
 
 pub const DROPS_CORE_SLOTS: usize = 256;
@@ -97,6 +98,7 @@ pub const BIOLAT_SUM_WORD: usize = word(offset_of!(BiolatHist, sum_ns));
 pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
 pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
 pub const CACHESTAT_DIRTIED_WORD: usize = word(offset_of!(CachestatCounts, dirtied));
+pub const CACHESTAT_READAHEAD_WORD: usize = word(offset_of!(CachestatCounts, readahead));
 
 #[cfg(test)]
 mod tests {
@@ -225,16 +227,17 @@ mod tests {
                 "sum_ns[RECLAIM_KINDS];"
             ]
         );
-        assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
+        assert_eq!(size_of::<CachestatCounts>(), 4 * 8);
         assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
         assert_eq!(
             (
                 CACHESTAT_ACCESSES_WORD,
                 CACHESTAT_MISSES_WORD,
-                CACHESTAT_DIRTIED_WORD
+                CACHESTAT_DIRTIED_WORD,
+                CACHESTAT_READAHEAD_WORD
             ),
-            (0, 1, 2)
+            (0, 1, 2, 3)
         );
         // The field order in the header is the order mirrored here.
         assert_eq!(
@@ -248,7 +251,7 @@ mod tests {
         assert_eq!(fields_of("biolat_key", "__u32"), ["dev;", "op;"]);
         assert_eq!(
             fields_of("cachestat_counts", "__u64"),
-            ["accesses;", "misses;", "dirtied;"]
+            ["accesses;", "misses;", "dirtied;", "readahead;"]
         );
     }
 }

@@ -171,6 +171,9 @@ pub struct ProbeSettings {
     pub runqlat_pid: u32,
     /// `--probe.drops.protocol-label`: a `protocol` label on drops.
     pub drops_protocol_label: bool,
+    /// `--probe.cachestat.pid`: count one process's page-cache use only
+    /// (0: every process).
+    pub cachestat_pid: u32,
     /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
     /// statistics (off by default: they cost every BPF program on the host).
     pub bpf_stats: bool,
@@ -185,6 +188,7 @@ impl Default for ProbeSettings {
             runqlat_source: RunqlatSource::Auto,
             runqlat_pid: 0,
             drops_protocol_label: false,
+            cachestat_pid: 0,
             bpf_stats: false,
         }
     }
@@ -226,6 +230,13 @@ pub fn add_args(cmd: Command) -> Command {
             .help("Add a protocol label (ipv4, ipv6, arp, other) to usescope_skb_drops_total"),
     )
     .arg(
+        Arg::new("probe.cachestat.pid")
+            .long("probe.cachestat.pid")
+            .value_name("PID")
+            .value_parser(value_parser!(u32).range(1..))
+            .help("Count the page-cache use of this one process only (its pid as the host sees it); default: every process"),
+    )
+    .arg(
         Arg::new("probe.bpf-stats")
             .long("probe.bpf-stats")
             .action(ArgAction::SetTrue)
@@ -265,6 +276,10 @@ pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSetting
         },
         runqlat_pid: m.get_one::<u32>("probe.runqlat.pid").copied().unwrap_or(0),
         drops_protocol_label: m.get_flag("probe.drops.protocol-label"),
+        cachestat_pid: m
+            .get_one::<u32>("probe.cachestat.pid")
+            .copied()
+            .unwrap_or(0),
         bpf_stats: m.get_flag("probe.bpf-stats"),
     }
 }
