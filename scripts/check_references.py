@@ -63,6 +63,7 @@ ALLOWED_PREFIXES = (
     "fuzz/artifacts/",
     "bench/out/",  # bench/run.py's reports (.gitignore)
     "include/uapi/",  # kernel source tree
+    "include/linux/",  # kernel source tree
 )
 
 # Mentions of the design notes kept outside the repository. Built from parts
