@@ -99,7 +99,7 @@ class Stack:
         return t - since, path, alert
 
     def firing_in_prometheus(self, alertname, **labels):
-        matchers = ",".join([f'alertname="{alertname}"', *(f'{k}="{v}"' for k, v in labels.items())])
+        matchers = ",".join([f'alertname="{alertname}"', 'alertstate="firing"', *(f'{k}="{v}"' for k, v in labels.items())])
         return self.value(f"count(ALERTS{{{matchers}}})")
 
 

@@ -1,0 +1,382 @@
+"""The incidents: each makes a real incident (or its quiet neighbour) on
+this kernel, checks an independent kernel counter against what usescope
+reported, and records which alert reached the receiver, at what severity,
+after how long (multiplied back by scaling.FACTOR) and how long it took to
+resolve once the incident ended.
+
+Each function takes (stack, report) and is run by run.py, some in parallel.
+"""
+
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import resources as r
+import scaling
+from stack import HERE, now, run
+
+LOAD = [sys.executable, str(HERE / "load.py")]
+PAGE_TIMEOUT_S = 120  # scaled seconds to wait for a page (40 production minutes)
+RESOLVE_TIMEOUT_S = 60
+QUIET_S = 60  # longer than every window plus `for:` the quiet cases touch (15 s + 45 s)
+
+
+class Report:
+    """Rows for the closing table and the pass/fail count."""
+
+    def __init__(self):
+        self.rows = []
+        self.passed = 0
+        self.failures = []
+        self._lock = threading.Lock()
+
+    def check(self, what, ok, detail=""):
+        with self._lock:
+            print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f"\n     {detail}" if detail and not ok else ""), flush=True)
+            if ok:
+                self.passed += 1
+            else:
+                self.failures.append(what)
+        return ok
+
+    def row(self, **row):
+        with self._lock:
+            self.rows.append(row)
+
+
+@contextlib.contextmanager
+def load(*argv, netns=None, cpu=None, nice=None, group=None):
+    """A load.py subcommand, stopped (by PID) when the block ends."""
+    cmd = [*LOAD, *argv]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    if nice is not None:
+        cmd = ["nice", "-n", str(nice), *cmd]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    if group is not None:
+        proc = r.start_in_cgroup(group, cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    else:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def expect_page(stack, report, incident, alertname, started, labels, severity="page"):
+    """Waits for the notification, checks severity and receiver; returns
+    the production-scale seconds to page, or None."""
+    got = stack.wait_notification(alertname, started, "firing", PAGE_TIMEOUT_S, **labels)
+    what = f"{incident}: {alertname}{labels_text(labels)} reaches the {severity} receiver"
+    if not got:
+        firing = stack.firing_in_prometheus(alertname)
+        report.check(what, False, f"nothing within {PAGE_TIMEOUT_S}s scaled; firing in Prometheus: {firing}")
+        report.row(incident=incident, alert=alertname, labels=labels, expected=severity, severity=None, page_s=None, resolve_s=None)
+        return None
+    seconds, path, alert = got
+    report.check(what, alert["labels"].get("severity") == severity and path == f"/{severity}",
+                 f"severity {alert['labels'].get('severity')}, receiver {path}")
+    report.row(incident=incident, alert=alertname, labels=labels, expected=severity,
+               severity=alert["labels"].get("severity"), page_s=seconds * scaling.FACTOR, scaled_page_s=seconds, resolve_s=None)
+    return seconds
+
+
+def expect_resolved(stack, report, incident, alertname, ended, labels):
+    got = stack.wait_notification(alertname, ended, "resolved", RESOLVE_TIMEOUT_S, **labels)
+    report.check(f"{incident}: {alertname}{labels_text(labels)} resolves after the incident ends", got,
+                 f"no resolved notification within {RESOLVE_TIMEOUT_S}s scaled; "
+                 f"firing in Prometheus: {stack.firing_in_prometheus(alertname, **labels)}")
+    with report._lock:
+        for row in report.rows:
+            if row["incident"] == incident and row["alert"] == alertname and row["labels"] == labels and got:
+                row["resolve_s"] = got[0] * scaling.FACTOR
+
+
+def expect_quiet(stack, report, incident, alertnames, started, labels, oracle):
+    """After QUIET_S, none of `alertnames` fired (nothing at the receiver,
+    nothing firing in Prometheus). `oracle` describes the load that was
+    measured, for the report."""
+    time.sleep(max(0, started + QUIET_S - now()))
+    for name in alertnames:
+        notes = stack.notifications(name, started, "firing", **labels)
+        firing = stack.firing_in_prometheus(name, **labels)
+        report.check(f"{incident} (quiet): no {name}{labels_text(labels)} ({oracle()})", not notes and not firing,
+                     f"notified: {[a['labels'] for _, _, a in notes]}, firing in Prometheus: {firing}")
+        report.row(incident=incident + " (quiet)", alert=name, labels=labels, expected="quiet",
+                   severity=(notes[0][2]["labels"].get("severity") if notes else None), page_s=None, resolve_s=None)
+
+
+def labels_text(labels):
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
+
+
+def close(a, b, rel, abs_=0.0):
+    return a is not None and b is not None and abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
+def ns_read(netns, path):
+    return run(["ip", "netns", "exec", netns, "cat", path])
+
+
+def netstat_counter(text, group, name):
+    lines = [line.split() for line in text.splitlines()]
+    for head, values in zip(lines[::2], lines[1::2]):
+        if head[0] == f"{group}:":
+            return int(values[head.index(name)])
+    raise KeyError(name)
+
+
+# --- conntrack ---------------------------------------------------------------
+
+CONNTRACK_LIMIT = 1000
+CT_RULESET = """table inet usescope_incident {
+  chain out { type filter hook output priority 0; ct state new counter; }
+}
+"""
+
+
+def conntrack_setup(netns):
+    """Conntrack on in `netns` (an nft rule that matches on ct state) with
+    a 10 s timeout for unreplied UDP, so the table drains quickly after."""
+    run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input=CT_RULESET)
+    run(["ip", "netns", "exec", netns, "sysctl", "-qw", "net.netfilter.nf_conntrack_udp_timeout=10"])
+
+
+def conntrack_full(stack, report, netns, instance):
+    incident = "conntrack table full"
+    started = now()
+    with load("udp-new-flows", "400", netns=netns):
+        page = threading.Thread(target=expect_page, args=(stack, report, incident, "ConntrackTableFull", started,
+                                                          {"instance": instance, "signal": "conntrack_failures"}))
+        page.start()
+        expect_page(stack, report, incident, "ConntrackTableFull", started, {"instance": instance, "signal": "table_usage"})
+        page.join()
+        kernel = int(ns_read(netns, "/proc/sys/net/netfilter/nf_conntrack_count"))
+        scraped = stack.value(f'node_nf_conntrack_entries{{instance="{instance}"}}')
+        report.check(f"{incident}: node_nf_conntrack_entries ({scraped}) matches the namespace's "
+                     f"nf_conntrack_count ({kernel}) within 10%", close(scraped, kernel, 0.10))
+        limit = stack.value(f'node_nf_conntrack_entries_limit{{instance="{instance}"}}')
+        report.check(f"{incident}: the limit usescope reads in the namespace is the global nf_conntrack_max",
+                     limit == CONNTRACK_LIMIT, f"{limit}")
+    ended = now()
+    time.sleep(5)
+    print("DEBUG failures", [(k, stack.value(f'{k}{{instance="{instance}"}}')) for k in ("instance:node_nf_conntrack_failures:increase5m", "node_nf_conntrack_stat_drop", "node_nf_conntrack_stat_early_drop", "node_nf_conntrack_stat_insert_failed", "node_nf_conntrack_entries")], flush=True)
+    for signal in ("table_usage", "conntrack_failures"):
+        expect_resolved(stack, report, incident, "ConntrackTableFull", ended, {"instance": instance, "signal": signal})
+
+
+def conntrack_quiet(stack, report, netns, instance):
+    incident = "conntrack table at 60%"
+    started = now()
+    with load("udp-hold-flows", str(int(CONNTRACK_LIMIT * 0.6)), netns=netns):
+        expect_quiet(stack, report, incident, ["ConntrackTableFull", "ConntrackTableNearlyFull"], started,
+                     {"instance": instance},
+                     lambda: f"nf_conntrack_count {ns_read(netns, '/proc/sys/net/netfilter/nf_conntrack_count').strip()}"
+                             f" of {CONNTRACK_LIMIT}")
+
+
+# --- listen overflow ---------------------------------------------------------
+
+def listen_overflow(stack, report, netns, instance):
+    incident = "listen queue overflow"
+    before = netstat_counter(ns_read(netns, "/proc/net/netstat"), "TcpExt", "ListenOverflows")
+    started = now()
+    with load("listen-flood", "8080", "50", netns=netns):
+        expect_page(stack, report, incident, "ListenQueueOverflow", started, {"instance": instance}, severity="ticket")
+        kernel = netstat_counter(ns_read(netns, "/proc/net/netstat"), "TcpExt", "ListenOverflows")
+        scraped = stack.value(f'node_netstat_TcpExt_ListenOverflows{{instance="{instance}"}}')
+        report.check(f"{incident}: node_netstat_TcpExt_ListenOverflows ({scraped}) matches the namespace's "
+                     f"TcpExt ListenOverflows ({kernel}, {kernel - before} during the flood) within 15%",
+                     kernel > before and close(scraped, kernel, 0.15))
+    ended = now()
+    expect_resolved(stack, report, incident, "ListenQueueOverflow", ended, {"instance": instance})
+
+
+# --- drops -------------------------------------------------------------------
+
+def drops(stack, report, incident, reason, argv, netns=None, counter=None):
+    """PacketDropsHigh for `reason` on the host's usescope (the drops
+    probe sees every namespace) while argv sends 500 datagrams/s."""
+    labels = {"instance": stack.host, "reason": reason}
+    series = f'usescope_skb_drops_total{{instance="{stack.host}",reason="{reason}"}}'
+    started = now()
+    before = stack.value(series) or 0.0
+    kernel_before = counter()
+    with load(*argv, netns=netns):
+        expect_page(stack, report, incident, "PacketDropsHigh", started, labels, severity="ticket")
+        time.sleep(2)
+        scraped, kernel = stack.value(series), counter()
+    report.check(f"{incident}: drops counted by the probe ({(scraped or 0) - before:.0f}) match the kernel's own "
+                 f"counter ({kernel - kernel_before}) within 10%", close((scraped or 0) - before, kernel - kernel_before, 0.10, 50))
+    expect_resolved(stack, report, incident, "PacketDropsHigh", now(), labels)
+
+
+def udp_no_ports():
+    return netstat_counter(Path("/proc/net/snmp").read_text(), "Udp", "NoPorts")
+
+
+def udp_closed_port(stack, report):
+    drops(stack, report, "UDP to a closed port", "NO_SOCKET", ["udp-to-port", "9", "500"], counter=udp_no_ports)
+
+
+NFT_DROP = """table inet usescope_incident {
+  chain out { type filter hook output priority 0; udp dport 9 counter drop; }
+}
+"""
+
+
+def nft_drop(stack, report, netns):
+    run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input=NFT_DROP)
+
+    def rule_counter():
+        text = run(["ip", "netns", "exec", netns, "nft", "list", "chain", "inet", "usescope_incident", "out"])
+        return int(text.split("packets ")[1].split()[0])
+
+    drops(stack, report, "nft drop rule", "NETFILTER_DROP", ["udp-to-port", "9", "500"], netns=netns, counter=rule_counter)
+
+
+# --- disk: iowait and saturation ------------------------------------------------
+
+def cpu_iowait_ticks(cpu):
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            return int(line.split()[5])
+    raise KeyError(cpu)
+
+
+@contextlib.contextmanager
+def throttled_loop(iops):
+    """A --direct-io=on loop device whose writes reach the backing disk
+    through a blkio cgroup throttled to `iops` writes per second."""
+    with r.loop_device(256, direct_io=True) as device:
+        disk = r.backing_disk("/var/tmp")
+        name = f"usescope-incident-{id(device)}"
+        with r.cgroup(r.BLKIO, name, {"blkio.throttle.write_iops_device": f"{disk} {iops}"}) as group:
+            yield device, group
+
+
+def iowait_saturated(stack, report):
+    incident = "iowait: saturated loop device, writer on CPU 1"
+    with throttled_loop(40) as (device, group):
+        dev = Path(device).name
+        started = now()
+        ticks = cpu_iowait_ticks(1)
+        with load("direct-writer", device, "0", cpu=1, group=group):
+            page = threading.Thread(target=expect_page, args=(stack, report, incident, "DiskSaturated", started,
+                                                              {"instance": stack.host, "device": dev}))
+            page.start()
+            expect_page(stack, report, incident, "HighIOWait", started, {"instance": stack.host, "cpu": "1"})
+            page.join()
+            kernel = (cpu_iowait_ticks(1) - ticks) / 100 / (now() - started)
+            per_cpu = stack.value(f'instance_cpu:node_cpu_iowait:rate5m{{instance="{stack.host}",cpu="1"}}')
+            average = stack.value(f'instance:node_cpu_iowait:rate5m{{instance="{stack.host}"}}')
+            report.check(f"{incident}: CPU 1 iowait {per_cpu:.2f} (kernel /proc/stat since the start: {kernel:.2f}), "
+                         f"average of all CPUs {average:.2f}", per_cpu and close(per_cpu, kernel, 0.25))
+            util = stack.value(f'instance_device:node_disk_io_time_seconds:rate5m{{instance="{stack.host}",device="{dev}"}}')
+            queue = stack.value(f'instance_device:node_disk_io_time_weighted_seconds:rate5m{{instance="{stack.host}",device="{dev}"}}')
+            report.row(incident=incident, alert="(measured)", labels={}, expected="",
+                       severity=None, page_s=None, resolve_s=None,
+                       note=f"CPU 1 iowait {per_cpu:.2f}, average {average:.2f}, {dev} util {util:.3f}, aqu-sz {queue:.3f}")
+        ended = now()
+    expect_resolved(stack, report, incident, "HighIOWait", ended, {"instance": stack.host, "cpu": "1"})
+    expect_resolved(stack, report, incident, "DiskSaturated", ended, {"instance": stack.host, "device": dev})
+
+
+def iowait_quiet(stack, report):
+    incident = "disk at ~50% utilisation"
+    with throttled_loop(40) as (device, group):
+        dev = Path(device).name
+        started = now()
+        ticks = cpu_iowait_ticks(1)
+
+        def measured():
+            util = stack.value(f'instance_device:node_disk_io_time_seconds:rate5m{{instance="{stack.host}",device="{dev}"}}')
+            return f"{dev} util {util or 0:.2f}, CPU 1 iowait {(cpu_iowait_ticks(1) - ticks) / 100 / (now() - started):.2f}"
+
+        with load("direct-writer", device, "1.2", cpu=1, group=group):
+            expect_quiet(stack, report, incident, ["HighIOWait", "DiskSaturated"], started, {"instance": stack.host}, measured)
+
+
+# --- CPU -----------------------------------------------------------------------
+
+def cpu_saturated(stack, report):
+    incident = "CPU saturation: 16 busy loops on 2 CPUs"
+    started = now()
+    with contextlib.ExitStack() as loops:
+        for _ in range(16):
+            loops.enter_context(load("busy", "1", nice=19))
+        page = threading.Thread(target=expect_page, args=(stack, report, incident, "CPUSaturated", started,
+                                                          {"instance": stack.host, "signal": "load_per_cpu"}, "ticket"))
+        page.start()
+        expect_page(stack, report, incident, "CPUSaturated", started, {"instance": stack.host, "signal": "runqueue_latency"}, "ticket")
+        page.join()
+    ended = now()
+    for signal in ("runqueue_latency", "load_per_cpu"):
+        expect_resolved(stack, report, incident, "CPUSaturated", ended, {"instance": stack.host, "signal": signal})
+
+
+def cpu_quiet(stack, report):
+    incident = "CPU at 70%: one busy thread per CPU"
+    started = now()
+    host = f'{{instance="{stack.host}"}}'
+
+    def measured():
+        p99 = stack.value(f"instance:usescope_runqueue_latency_seconds:p99_rate5m{host}") or 0
+        load5 = stack.value(f"instance:node_load5_per_cpu:ratio{host}") or 0
+        return f"p99 run-queue latency {p99:.4f}s, load5 per CPU {load5:.2f}"
+
+    with load("busy", "0.7", cpu=0), load("busy", "0.7", cpu=1):
+        expect_quiet(stack, report, incident, ["CPUSaturated"], started, {"instance": stack.host}, measured)
+
+
+# --- filesystem full -------------------------------------------------------------
+
+def filesystem_full(stack, report):
+    incident = "filesystem full: space and inodes"
+    with r.loop_device(64) as device, r.mounted(device, mkfs_args=["-N", "1024"]) as mnt:
+        started = now()
+        out = run([*LOAD, "fill-fs", str(mnt)])
+        st = __import__("os").statvfs(mnt)
+        report.check(f"{incident}: filled ({out.strip()}): statvfs avail {st.f_bavail} blocks, {st.f_favail} inodes",
+                     st.f_favail == 0 and st.f_bavail * st.f_frsize < 0.03 * st.f_blocks * st.f_frsize)
+        labels = {"instance": stack.host, "mountpoint": str(mnt), "severity": "page"}
+        space = threading.Thread(target=expect_page, args=(stack, report, incident, "FilesystemAlmostOutOfSpace", started, labels))
+        space.start()
+        expect_page(stack, report, incident, "FilesystemAlmostOutOfFiles", started, labels)
+        space.join()
+        run(["sh", "-c", f"rm -rf {mnt}/*"])
+        ended = now()
+        for name in ("FilesystemAlmostOutOfSpace", "FilesystemAlmostOutOfFiles"):
+            expect_resolved(stack, report, incident, name, ended, labels)
+
+
+# --- memory ----------------------------------------------------------------------
+
+def psi_memory_stall_us():
+    return int(Path("/proc/pressure/memory").read_text().split("total=")[1].split()[0])
+
+
+def memory_pressure(stack, report):
+    incident = "memory pressure in a 64 MiB cgroup"
+    stall = psi_memory_stall_us()
+    name = f"usescope-incident-mem-{id(report)}"
+    settings = {"memory.limit_in_bytes": 64 << 20}
+    with r.cgroup(r.MEMORY, name, settings) as group:
+        started = now()
+        with load("memory-hog", "192", group=group) as hog:
+            expect_page(stack, report, incident, "OOMKill", started, {"instance": stack.host}, severity="ticket")
+            hog.wait(timeout=10)
+        failcnt = int((group / "memory.failcnt").read_text())
+    stalled = (psi_memory_stall_us() - stall) / 1e6
+    scraped = stack.value(f'increase(node_pressure_memory_stalled_seconds_total{{instance="{stack.host}"}}[{int(now() - started) + 5}s])')
+    report.check(f"{incident}: the cgroup hit its limit ({failcnt} times) and was OOM-killed; PSI memory some stall "
+                 f"{stalled:.2f}s (kernel), node_pressure_memory_stalled_seconds_total rose {scraped or 0:.2f}s",
+                 failcnt > 0 and hog.returncode == -9)
+    report.row(incident=incident, alert="(measured)", labels={}, expected="", severity=None, page_s=None, resolve_s=None,
+               note=f"PSI memory stall {stalled:.2f}s, limit hit {failcnt} times; no page-severity memory alert fires in a cgroup")
