@@ -134,6 +134,8 @@ def direct_writer(device, idle):
 
 
 def fill_fs(directory):
+    # The big file first: once the inodes are gone no file can be created.
+    big = open(os.path.join(directory, "big"), "wb", buffering=0)
     n = 0
     try:
         while True:
@@ -143,12 +145,11 @@ def fill_fs(directory):
         pass
     chunk = b"\0" * (1 << 20)
     try:
-        with open(os.path.join(directory, "big"), "wb") as f:
-            while True:
-                f.write(chunk)
-                f.flush()
+        while True:
+            big.write(chunk)
     except OSError:
         pass
+    big.close()
     print(f"{n} files, then the space", flush=True)
 
 

@@ -19,6 +19,10 @@ HERE = Path(__file__).resolve().parent
 # Probes whose series the alerts read are on; the rest are off to keep the
 # namespace instances small.
 NO_PROBES = ["--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"]
+# What a namespace's usescope is for. Only these: it runs in the mount
+# namespace `ip netns exec` makes, where mounts the host makes later are not
+# visible, so its filesystem collector would stat the wrong filesystem.
+NETNS_COLLECTORS = ["--collector.disable-defaults", "--collector.conntrack", "--collector.netstat"]
 
 
 def usescope_in_netns(netns, logdir):
@@ -28,7 +32,7 @@ def usescope_in_netns(netns, logdir):
     host port."""
     inner = h.free_port()
     h.Process(f"usescope-{netns}", ["ip", "netns", "exec", netns, str(h.usescope_bin()),
-                                    f"--web.listen-address=127.0.0.1:{inner}", *NO_PROBES], inner, logdir)
+                                    f"--web.listen-address=127.0.0.1:{inner}", *NETNS_COLLECTORS, *NO_PROBES], inner, logdir)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
