@@ -32,6 +32,7 @@ class Report:
         self.rows = []
         self.passed = 0
         self.failures = []
+        self.inconclusive = []
         self._lock = threading.Lock()
 
     def check(self, what, ok, detail=""):
@@ -42,6 +43,17 @@ class Report:
             else:
                 self.failures.append(what)
         return ok
+
+    def not_testable_here(self, what, why):
+        """A check this machine cannot make because other work holds the
+        resource (a shared CPU). Under CI=true or USESCOPE_REQUIRE_BPF=1,
+        where the machine is the test's own, that is a failure."""
+        if os.environ.get("CI") == "true" or os.environ.get("USESCOPE_REQUIRE_BPF") == "1":
+            return self.check(what, False, why)
+        with self._lock:
+            print(f"INCONCLUSIVE {what}\n     {why}", flush=True)
+            self.inconclusive.append(f"{what}: {why}")
+        return False
 
     def row(self, **row):
         with self._lock:
@@ -274,6 +286,11 @@ def disk_and_iowait(stack, dev):
 
 def iowait_saturated(stack, report):
     incident = "iowait: saturated loop device, writer on CPU 1"
+    background = cpu_busy_share(cpus=(1,))
+    if background > 0.3:
+        # A CPU accrues iowait only while it is idle.
+        report.not_testable_here(incident, f"other work already keeps CPU 1 {background:.0%} busy")
+        return
     with throttled_loop(40) as (device, group):
         dev = Path(device).name
         started = now()
@@ -314,6 +331,20 @@ def iowait_quiet(stack, report):
 
 # --- CPU -----------------------------------------------------------------------
 
+def cpu_busy_share(cpus=(0, 1), seconds=3.0):
+    """The share of time these CPUs were not idle over `seconds` (other
+    work on a shared machine), from /proc/stat."""
+    def ticks():
+        rows = [line.split() for line in Path("/proc/stat").read_text().splitlines()
+                if line.split()[0] in {f"cpu{c}" for c in cpus}]
+        return sum(sum(map(int, r[1:9])) for r in rows), sum(int(r[4]) + int(r[5]) for r in rows)
+
+    total0, idle0 = ticks()
+    time.sleep(seconds)
+    total1, idle1 = ticks()
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
 def cpu_saturated(stack, report):
     incident = "CPU saturation: 16 busy loops on 2 CPUs"
     started = now()
@@ -326,12 +357,19 @@ def cpu_saturated(stack, report):
         expect_page(stack, report, incident, "CPUSaturated", started, {"instance": stack.host, "signal": "runqueue_latency"}, "ticket")
         page.join()
     ended = now()
-    for signal in ("runqueue_latency", "load_per_cpu"):
-        expect_resolved(stack, report, incident, "CPUSaturated", ended, {"instance": stack.host, "signal": signal})
+    # load5 is the kernel's own 5-minute average, which the test cannot
+    # scale: from 8 per CPU it needs about 10 real minutes to fall below 1,
+    # so only the run-queue signal's resolution is measured.
+    expect_resolved(stack, report, incident, "CPUSaturated", ended, {"instance": stack.host, "signal": "runqueue_latency"})
 
 
 def cpu_quiet(stack, report):
+    """Runs before cpu_saturated: load5 would still be high after it."""
     incident = "CPU at 70%: one busy thread per CPU"
+    background = cpu_busy_share()
+    if background > 0.3:
+        report.not_testable_here(f"{incident} (quiet)", f"other work already keeps the CPUs {background:.0%} busy")
+        return
     started = now()
     host = f'{{instance="{stack.host}"}}'
 
