@@ -24,6 +24,7 @@ The last line is "incidents: N passed, M failed".
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -111,6 +112,10 @@ def main():
     for tool in ("nft", "losetup", "mkfs.ext4", "taskset", "prometheus", "promtool"):
         h.require(tool, "nftables" if tool == "nft" else tool)
 
+    # nf_conntrack_max is one global knob: two runs at once would restore
+    # each other's value. Runs on one machine take turns.
+    lock = open("/run/lock/usescope-incidents.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     started = time.monotonic()
     report = i.Report()
     logdir = h.tmpdir("incidents")
