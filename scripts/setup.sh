@@ -73,6 +73,13 @@ if ! "$gobin/node_exporter" --help >/dev/null 2>&1; then
   echo "setup: building node_exporter $NODE_EXPORTER_VERSION with go install"
   (cd /tmp && go install "github.com/prometheus/node_exporter@$NODE_EXPORTER_VERSION")
 fi
+# jsonnet renders node-mixin's alerts from node_exporter's module source
+# (docs/node-mixin), which tests/incidents loads beside usescope's own.
+JSONNET_VERSION=v0.20.0
+if ! "$gobin/jsonnet" --version 2>/dev/null | grep -q "${JSONNET_VERSION}"; then
+  echo "setup: building jsonnet $JSONNET_VERSION with go install"
+  (cd /tmp && go install "github.com/google/go-jsonnet/cmd/jsonnet@$JSONNET_VERSION")
+fi
 
 # cargo-machete, the unused-dependency check of scripts/check_dependencies.sh,
 # from crates.io (about 2.5 minutes to build the first time).

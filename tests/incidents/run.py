@@ -27,7 +27,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -71,20 +70,6 @@ def phases(st, report, ns):
     ]
 
 
-def without_rules(path, names):
-    """Deletes every `- alert: NAME` block of `names` from a rule file."""
-    out, skipping = [], False
-    for line in path.read_text().splitlines(keepends=True):
-        m = re.match(r"^(\s*)- (alert|record): (\S+)", line)
-        if m:
-            skipping = m.group(3) in names
-        elif re.match(r"^\s*- name:", line):
-            skipping = False
-        if not skipping:
-            out.append(line)
-    path.write_text("".join(out))
-
-
 def run_phase(incidents, report):
     def guarded(name, fn):
         try:
@@ -125,9 +110,7 @@ def main():
         cleanup.enter_context(r.conntrack_max(i.CONNTRACK_LIMIT))
         for name in ("ct_full", "ct_quiet"):
             i.conntrack_setup(NETNS[name])
-        st = s.Stack(logdir, HOST_USESCOPE_ARGS)
-        for f in st._rules:
-            without_rules(f, set(args.without_rule))
+        st = s.Stack(logdir, HOST_USESCOPE_ARGS, args.without_rule)
         ns = {key: st.add_netns(NETNS[key]) for key in ("ct_full", "ct_quiet", "listen")}
         st.start()
         # Some history before any incident starts: the quiet cases and

@@ -4,6 +4,7 @@ Alertmanager running alerts/alertmanager.yml with its timings scaled, and a
 webhook receiver standing in for the pager. Built on tests/e2e/harness.py.
 """
 
+import re
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 import harness as h  # noqa: E402
+import node_mixin  # noqa: E402
 import scaling  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -44,8 +46,25 @@ def usescope_in_netns(netns, logdir):
     return port
 
 
+def without_alerts(text, names):
+    """A rule file less every `- alert: NAME` block of `names`."""
+    out, skipping = [], False
+    for line in text.splitlines(keepends=True):
+        m = re.match(r"^\s*- alert: (\S+)", line)
+        if m:
+            skipping = m.group(1) in names
+        elif re.match(r"^\s*- (record|name):", line):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return "".join(out)
+
+
 class Stack:
-    def __init__(self, logdir, host_usescope_args=()):
+    """`drop_alerts` removes those alerts from every rule file, to show
+    that the incident that needs one then fails."""
+
+    def __init__(self, logdir, host_usescope_args=(), drop_alerts=()):
         self.logdir = logdir
         self.receiver = h.WebhookReceiver()
         rules = []
@@ -55,8 +74,9 @@ class Stack:
             if not scaling.only_durations_differ(original, copy):
                 raise RuntimeError(f"scaling {src.name} changed more than durations")
             dest = logdir / src.name
-            dest.write_text(copy)
+            dest.write_text(without_alerts(copy, set(drop_alerts)))
             rules.append(dest)
+        rules.append(node_mixin.render(logdir / "node-mixin-alerts.yml", set(drop_alerts)))
         am_config = logdir / "alertmanager.yml"
         am_config.write_text(scaling.scale_alertmanager((h.ALERTS / "alertmanager.yml").read_text(), self.receiver.port))
         self.alertmanager = h.start_alertmanager(am_config, logdir)
