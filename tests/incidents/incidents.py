@@ -104,6 +104,13 @@ def expect_page(stack, report, incident, alertname, started, labels, severity="p
 
 
 def expect_resolved(stack, report, incident, alertname, ended, labels):
+    """Waits for the resolved notification of an alert that paged (one
+    that never paged has already failed its check)."""
+    with report._lock:
+        paged = any(row["incident"] == incident and row["alert"] == alertname and row["labels"] == labels
+                    and row.get("page_s") is not None for row in report.rows)
+    if not paged:
+        return
     got = stack.wait_notification(alertname, ended, "resolved", RESOLVE_TIMEOUT_S, **labels)
     report.check(f"{incident}: {alertname}{labels_text(labels)} resolves after the incident ends", got,
                  f"no resolved notification within {RESOLVE_TIMEOUT_S}s scaled; "
@@ -164,8 +171,18 @@ def conntrack_setup(netns):
     run(["ip", "netns", "exec", netns, "sysctl", "-qw", "net.netfilter.nf_conntrack_udp_timeout=10"])
 
 
+def conntrack_drops(netns):
+    """Packets conntrack dropped in `netns` (the `drop` column of
+    /proc/net/stat/nf_conntrack, one hexadecimal row per CPU)."""
+    lines = ns_read(netns, "/proc/net/stat/nf_conntrack").split("\n")
+    col = lines[0].split().index("drop")
+    return sum(int(line.split()[col], 16) for line in lines[1:] if line.strip())
+
+
 def conntrack_full(stack, report, netns, instance):
     incident = "conntrack table full"
+    netfilter_drops = f'usescope_skb_drops_total{{instance="{stack.host}",reason="NETFILTER_DROP"}}'
+    probe_before, kernel_before = stack.value(netfilter_drops) or 0.0, conntrack_drops(netns)
     started = now()
     with load("udp-new-flows", "400", netns=netns):
         page = threading.Thread(target=expect_page, args=(stack, report, incident, "ConntrackTableFull", started,
@@ -184,6 +201,15 @@ def conntrack_full(stack, report, netns, instance):
         report.check(f"{incident}: the peak of node_nf_conntrack_entries over 3 s ({scraped}) matches the peak of the "
                      f"namespace's nf_conntrack_count ({kernel}; reads {min(reads)}-{kernel}) within 5%",
                      close(scraped, kernel, 0.05))
+        # What the host's usescope sees of it: not the table (its own
+        # namespace's is empty), but the drops (the probe sees every
+        # namespace).
+        host_entries = stack.value(f'node_nf_conntrack_entries{{instance="{stack.host}"}}') or 0.0
+        time.sleep(2)
+        probe, kernel_drops = (stack.value(netfilter_drops) or 0.0) - probe_before, conntrack_drops(netns) - kernel_before
+        report.check(f"{incident}: the host's usescope sees {host_entries:.0f} entries (not the namespace's table) "
+                     f"but counts its drops: NETFILTER_DROP +{probe:.0f}, conntrack's own drop counter +{kernel_drops}",
+                     host_entries < 0.1 * CONNTRACK_LIMIT and kernel_drops > 0 and probe >= 0.9 * kernel_drops)
         limit = stack.value(f'node_nf_conntrack_entries_limit{{instance="{instance}"}}')
         report.check(f"{incident}: the limit usescope reads in the namespace is the global nf_conntrack_max",
                      limit == CONNTRACK_LIMIT, f"{limit}")
