@@ -445,23 +445,30 @@ def cpu_quiet(stack, report):
     """Runs before cpu_saturated: load5 would still be high after it."""
     incident = "CPU at 70%: one busy thread per CPU"
     background = cpu_busy_share()
-    # The load average is the kernel's 5-minute average: work that ran in
-    # the last minutes still counts, and the test cannot scale it.
-    load5 = float(Path("/proc/loadavg").read_text().split()[1]) / os.cpu_count()
-    if background > 0.3 or load5 > 0.6:
-        report.not_testable_here(f"{incident} (quiet)", f"other work already keeps the CPUs {background:.0%} busy, "
-                                                        f"load5 per CPU {load5:.2f}")
+    if background > 0.3:
+        report.not_testable_here(f"{incident} (quiet)", f"other work already keeps the CPUs {background:.0%} busy")
         return
+    # The load average is the kernel's 5-minute average of runnable (and
+    # D-state) tasks: work that ran in the last minutes still counts, and
+    # the test cannot scale it. The 70% threads add about 0.7 per CPU, so
+    # the load signal is checked only when the average starts below 0.3.
+    load5 = float(Path("/proc/loadavg").read_text().split()[1]) / os.cpu_count()
+    signals = ["runqueue_latency"] + (["load_per_cpu"] if load5 < 0.3 else [])
+    if len(signals) == 1:
+        print(f"note {incident}: CPUSaturated{{signal=\"load_per_cpu\"}} not checked quiet: load5 per CPU "
+              f"starts at {load5:.2f} from earlier work", flush=True)
     started = now()
     host = f'{{instance="{stack.host}"}}'
 
     def measured():
         p99 = stack.value(f"instance:usescope_runqueue_latency_seconds:p99_rate5m{host}") or 0
-        load5 = stack.value(f"instance:node_load5_per_cpu:ratio{host}") or 0
-        return f"p99 run-queue latency {p99:.4f}s, load5 per CPU {load5:.2f}"
+        recorded_load5 = stack.value(f"instance:node_load5_per_cpu:ratio{host}") or 0
+        return f"p99 run-queue latency {p99:.4f}s, load5 per CPU {recorded_load5:.2f}"
 
     with load("busy", "0.7", cpu=0), load("busy", "0.7", cpu=1):
-        expect_quiet(stack, report, incident, ["CPUSaturated"], started, {"instance": stack.host}, measured)
+        for signal in signals:
+            expect_quiet(stack, report, incident, ["CPUSaturated"], started, {"instance": stack.host, "signal": signal},
+                         measured)
 
 
 # --- filesystem full -------------------------------------------------------------
