@@ -15,7 +15,7 @@ CPU saturation runs alone: busy loops would hide iowait (a CPU accrues
 iowait only while idle) and slow every other incident.
 
 Usage: run.py [--only NAME ...] [--without-rule ALERT ...] [--json FILE]
-  --only          run only these incidents (names as in PHASES)
+  --only          run only these incidents (names as in phases())
   --without-rule  remove that alert's rules from the scaled copy: its
                   incident must then fail (how each test is shown to fail)
   --json          write the measured rows (docs/time-to-page.md's numbers)
