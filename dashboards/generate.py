@@ -484,6 +484,21 @@ def overview():
     L.add(timeseries("Page-cache misses",
         "Pages added to the cache (misses) per second: roughly pages read from disk. Bad: rising together with disk reads and a falling hit ratio.",
         "cps", targets((f'rate(usescope_page_cache_misses_total{{{SEL}}}[{RI}])', "misses"))), 12, 8)
+
+    L.row("Latency and stalls (eBPF: --probe.biolatency, --probe.softirq, --probe.reclaim)")
+    L.add(heatmap("Disk latency heatmap",
+        "Completed block I/Os per service-time bucket (issue to completion, all disks and ops; eBPF biolatency). Bad: mass moving up past a few ms on SSD or tens of ms on spinning disks; a second band far above the first is a device or path that stalls. Empty without --probe.biolatency.",
+        "s", target(f'sum by (le) (increase(usescope_block_io_latency_seconds_bucket{{{SEL}}}[{RI}]))', "{{le}}", fmt="heatmap"), True), 8, 8)
+    L.add(timeseries("Softirq share per CPU",
+        "Share of each CPU's time spent in softirq handlers, measured per handler run (eBPF softirq; exact where /proc/stat samples at ticks). Bad: around 30% on one CPU is a network receive storm (with ksoftirqd busy). Empty without --probe.softirq.",
+        "percentunit", targets((f'sum by (cpu) (rate(usescope_softirq_seconds_total{{{SEL}}}[{RI}]))', "cpu {{cpu}}")),
+        minimum=0, thr=thresholds((0.2, "orange"), (0.3, "red"))), 8, 8)
+    L.add(timeseries("Reclaim and compaction stalls",
+        "Seconds per second allocating tasks spent stalled, summed over tasks (eBPF reclaim): global direct reclaim (host short of memory), memcg reclaim (a cgroup at its limit), and direct compaction. Bad: 0.1 or more sustained (alerts: DirectReclaimStalling pages, the others are tickets). Empty without --probe.reclaim.",
+        "s", targets(
+            (f'sum by (kind) (rate(usescope_direct_reclaim_seconds_sum{{{SEL}}}[{RI}]))', "{{kind}} reclaim"),
+            (f'rate(usescope_compaction_stall_seconds_sum{{{SEL}}}[{RI}])', "compaction")),
+        minimum=0, thr=thresholds((0.1, "red"))), 8, 8)
     return dashboard("overview", "usescope / USE overview",
                      "Utilisation, saturation and errors of every resource on one host: find the saturated one in a minute.", L)
 

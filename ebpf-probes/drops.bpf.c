@@ -17,14 +17,17 @@ char LICENSE[] SEC("license") = "GPL";
 #define ETH_P_IPV6 0x86DD
 #define ETH_P_ARP 0x0806
 
-/* --probe.drops.protocol-label; off keeps every drop in protocol slot 0. */
+/* --probe.drops.protocol-label; off keeps every drop in protocol 0, so
+ * only protocol-0 counters are ever used and user space reads no others. */
 const volatile bool protocol_label = false;
 
+/* Bitmap words, then one counter per (protocol, slot): see usescope.h.
+ * The loader shrinks it to protocol 0's counters without the label. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, DROPS_USED_WORDS + DROPS_KEYS);
 	__type(key, u32);
-	__type(value, struct drops_counts);
+	__type(value, u64);
 } us_drops SEC(".maps");
 
 static __always_inline u32 slot_of(u32 reason)
@@ -58,17 +61,29 @@ static __always_inline u32 proto_of(struct sk_buff *skb, const bool direct)
 static __always_inline void count_drop(struct sk_buff *skb, u32 reason,
 				       const bool direct)
 {
-	struct drops_counts *c;
-	u32 zero = 0, slot, proto = 0;
+	u32 proto = 0, i, key, word;
+	u64 *c, *used;
 
-	c = bpf_map_lookup_elem(&us_drops, &zero);
-	if (!c)
-		return;
-	slot = slot_of(reason);
 	if (protocol_label)
 		proto = proto_of(skb, direct);
-	if (slot < DROPS_SLOTS && proto < DROPS_PROTOS)
-		c->count[proto][slot]++;
+	i = proto * DROPS_SLOTS + slot_of(reason);
+	if (i >= DROPS_KEYS)
+		return;
+	key = DROPS_USED_WORDS + i;
+	c = bpf_map_lookup_elem(&us_drops, &key);
+	if (!c)
+		return;
+	/* The first drop of this counter on this CPU marks it in use. The
+	 * program does not nest on one CPU, so plain read-modify-writes of
+	 * this CPU's values are safe. The count is stored before the bit; a
+	 * reader that still sees the bit first (weakly ordered CPUs) reads a
+	 * zero, which the collector does not export. */
+	if ((*c)++ != 0)
+		return;
+	word = i / 64;
+	used = bpf_map_lookup_elem(&us_drops, &word);
+	if (used)
+		*used |= 1ULL << (i % 64);
 }
 
 /* Only the first three arguments: rx_sk was added in 6.11, and reading an

@@ -54,6 +54,15 @@ static __always_inline u32 task_pid(struct task_struct *t, const bool direct)
 	return direct ? t->pid : BPF_CORE_READ(t, pid);
 }
 
+/* --probe.runqlat.pid: only this process's tasks (0: every task). */
+const volatile u32 target_tgid = 0;
+
+static __always_inline bool wanted(struct task_struct *t, const bool direct)
+{
+	return !target_tgid ||
+	       (direct ? t->tgid : BPF_CORE_READ(t, tgid)) == target_tgid;
+}
+
 #ifndef RUNQLAT_START_LRU
 
 /* task -> ktime of becoming runnable. Created on the task's first wakeup
@@ -70,7 +79,7 @@ static __always_inline void mark_runnable(struct task_struct *t, u64 now,
 {
 	u64 *start;
 
-	if (!task_pid(t, direct)) /* the idle task */
+	if (!task_pid(t, direct) || !wanted(t, direct)) /* idle, or filtered */
 		return;
 	start = bpf_task_storage_get(&us_rq_start, t, 0,
 				     BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -110,7 +119,7 @@ static __always_inline void mark_runnable(struct task_struct *t, u64 now,
 	u32 pid = task_pid(t, direct);
 	u64 *start;
 
-	if (!pid) /* the idle task */
+	if (!pid || !wanted(t, direct)) /* idle, or filtered */
 		return;
 	start = bpf_map_lookup_elem(&us_rq_start, &pid);
 	if (start)
@@ -141,7 +150,7 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 	if (preempt || task_state(prev, direct) == TASK_RUNNING)
 		mark_runnable(prev, now, direct);
 
-	if (!task_pid(next, direct))
+	if (!task_pid(next, direct) || !wanted(next, direct))
 		return;
 	h = bpf_map_lookup_elem(&us_rq_hist, &zero);
 	if (!h)

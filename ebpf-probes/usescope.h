@@ -2,10 +2,12 @@
 /*
  * The map layouts shared by the eBPF programs and usescope's user space.
  *
- * Every counter lives in a per-CPU array with ONE entry whose value is a
+ * Most counters live in a per-CPU array with ONE entry whose value is a
  * whole struct: user space reads all of a probe's counters for all CPUs with
  * a single BPF_MAP_LOOKUP_ELEM at scrape time, and the kernel side needs no
- * atomics. exporter/src/probes/layout.rs mirrors these structs with
+ * atomics. biolatency's keys (devices) are only known to the kernel side, so
+ * it uses a per-CPU hash; drops has many possible keys of which few are
+ * used, so it keeps a bitmap of those beside its counters (below). exporter/src/probes/layout.rs mirrors these structs with
  * #[repr(C)] and a test checks that the sizes agree.
  */
 #ifndef USESCOPE_H
@@ -72,6 +74,21 @@ struct softirq_counts {
 	__u64 raised_at[SOFTIRQ_VECS];
 };
 
+/*
+ * reclaim: one latency histogram per stall kind (RECLAIM_KIND_*), per CPU:
+ * direct reclaim because the host ran short, reclaim because a memory
+ * cgroup hit its limit, and a zone compacted by an allocating task.
+ */
+#define RECLAIM_KIND_GLOBAL 0
+#define RECLAIM_KIND_MEMCG 1
+#define RECLAIM_KIND_COMPACTION 2
+#define RECLAIM_KINDS 3
+
+struct reclaim_hists {
+	__u64 slots[RECLAIM_KINDS][LOG2_HIST_BUCKETS + 1];
+	__u64 sum_ns[RECLAIM_KINDS];
+};
+
 /* cachestat: pages, not calls. */
 struct cachestat_counts {
 	__u64 accesses;
@@ -83,7 +100,7 @@ struct cachestat_counts {
  * drops: slot = reason number for core reasons below DROPS_CORE_SLOTS;
  * subsystem reasons (subsys << 16 | code) with subsys 1..DROPS_SUBSYS_MAX
  * and code < DROPS_SUBSYS_CODES get their own slots after those; anything
- * else is counted in DROPS_OVERFLOW_SLOT, so the map never grows.
+ * else is counted in DROPS_OVERFLOW_SLOT, so the key space is bounded.
  */
 #define DROPS_CORE_SLOTS 256
 #define DROPS_SUBSYS_SHIFT 16
@@ -99,8 +116,15 @@ struct cachestat_counts {
 #define DROPS_PROTO_ARP 3
 #define DROPS_PROTOS 4
 
-struct drops_counts {
-	__u64 count[DROPS_PROTOS][DROPS_SLOTS];
-};
+/*
+ * us_drops is a per-CPU array of __u64. Counter i = proto * DROPS_SLOTS +
+ * slot lives at key DROPS_USED_WORDS + i. Keys 0..DROPS_USED_WORDS-1 hold
+ * each CPU's bitmap of the counters it has touched (bit i % 64 of word
+ * i / 64), set on a counter's first increment on that CPU, so a scrape
+ * reads the bitmap and then only the counters in use.
+ */
+#define DROPS_KEYS (DROPS_PROTOS * DROPS_SLOTS)
+#define DROPS_USED_WORDS 31
+_Static_assert(DROPS_USED_WORDS * 64 >= DROPS_KEYS, "bitmap covers every counter");
 
 #endif

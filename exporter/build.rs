@@ -14,16 +14,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The probe objects: `OUT_DIR/<object>.bpf.o` from `ebpf-probes/<source>.bpf.c`
-/// with extra clang flags. runqlat is built twice: its start-time map is
-/// task-local storage, or (RUNQLAT_START_LRU) an LRU hash for kernels
-/// that refuse task storage.
+/// with extra clang flags. runqlat comes three ways: from the scheduler's
+/// own run_delay (runqlat_delay), or timed from wakeups with the start
+/// time in task-local storage (runqlat) or, for kernels that refuse task
+/// storage, in an LRU hash (runqlat_lru, RUNQLAT_START_LRU).
 const PROBES: &[(&str, &str, &[&str])] = &[
+    ("runqlat_delay", "runqlat_delay", &[]),
     ("runqlat", "runqlat", &[]),
     ("runqlat_lru", "runqlat", &["-DRUNQLAT_START_LRU"]),
     ("cachestat", "cachestat", &[]),
     ("drops", "drops", &[]),
     ("biolatency", "biolatency", &[]),
     ("softirq", "softirq", &[]),
+    ("reclaim", "reclaim", &[]),
 ];
 
 fn main() {

@@ -21,7 +21,8 @@ packages=(
   python3-fusepy                  # tests/tools/hangfs.py: a real hung FUSE mount (libfuse2)
   xfsprogs btrfs-progs            # real XFS and btrfs filesystems on loop devices (tests/compat_fs_net.rs)
   mount                           # losetup: the loop device of the biolatency test (tests/probes.rs)
-  nftables e2fsprogs iproute2     # tests/incidents: nft rules and conntrack in namespaces, ext4 on a loop device, ip netns
+  nftables iproute2               # nft rules and conntrack in namespaces: the drops test's oracle (tests/drops_in_use.rs), tests/incidents
+  e2fsprogs                       # tests/incidents: ext4 on a loop device
 )
 missing=()
 for p in "${packages[@]}"; do

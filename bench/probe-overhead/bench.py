@@ -32,18 +32,24 @@ import urllib.request
 
 WORKLOADS = [
     # name, probe, argv after the workload binary[, extra usescope flags]
-    ("runqlat: thread ping-pong (100k round trips)", "runqlat", ["pingpong", "100000"]),
-    ("runqlat, LRU hash start map: thread ping-pong (100k round trips)", "runqlat",
-     ["pingpong", "100000"], ["--probe.runqlat.start-map=lru-hash"]),
+    ("runqlat (sched_info): thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"]),
+    ("runqlat, wakeups + task storage: thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"], ["--probe.runqlat.source=task-storage"]),
+    ("runqlat, wakeups + LRU hash: thread ping-pong (100k round trips)", "runqlat",
+     ["pingpong", "100000"], ["--probe.runqlat.source=lru-hash"]),
     ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
     ("biolatency: 20k O_DIRECT 4 KiB reads", "biolatency", ["direct", "{file}", "20000"]),
     ("softirq: UDP to a closed port (200k datagrams, one NET_RX each)", "softirq", ["udp", "200000"]),
+    # In a memory cgroup limited to 16 MiB (the 5th field): every 64 pages
+    # or so the read reclaims the cgroup's page cache, one memcg reclaim each.
+    ("reclaim: cold 64 MiB read in a 16 MiB memory cgroup", "reclaim", ["cold", "{file}"], [], 16 << 20),
 ]
-PROBES = ["runqlat", "cachestat", "drops", "biolatency", "softirq"]
+PROBES = ["runqlat", "cachestat", "drops", "biolatency", "softirq", "reclaim"]
 # Probes that are off unless asked for.
-OPT_IN = {"biolatency", "softirq"}
+OPT_IN = {"biolatency", "softirq", "reclaim"}
 
 
 def start(usescope, probe, extra=()):
@@ -78,13 +84,38 @@ def scrape(addr, probe):
     return runs, seconds
 
 
-def timed(workload, argv):
-    """CPU nanoseconds of the workload's measured part."""
+def timed(workload, argv, cgroup=None):
+    """CPU nanoseconds of the workload's measured part, run inside the
+    memory cgroup directory `cgroup` if given."""
     # Pinned to one CPU: the ping-pong's threads then switch on one run
     # queue instead of waking each other across CPUs, whose IPIs on a VM
     # vary far more than the probe costs we are measuring.
-    out = subprocess.run(["taskset", "-c", "0", workload] + argv, check=True, capture_output=True, text=True)
+    cmd = ["taskset", "-c", "0", workload] + argv
+    if cgroup:
+        cmd = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh"] + cmd
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return int(out.stdout.strip())
+
+
+def memory_cgroup(name, limit):
+    """Creates a memory cgroup with a limit on the hierarchy that has the
+    memory controller (cgroup v1 or v2); returns its directory."""
+    for line in open("/proc/self/mountinfo"):
+        left, right = line.split(" - ", 1)
+        mount, (fstype, _, options) = left.split()[4], right.split()[:3]
+        if fstype == "cgroup" and "memory" in options.split(","):
+            limit_file = "memory.limit_in_bytes"
+            break
+        if fstype == "cgroup2" and "memory" in open(f"{mount}/cgroup.controllers").read().split():
+            limit_file = "memory.max"
+            break
+    else:
+        raise SystemExit("no memory cgroup controller mounted")
+    path = os.path.join(mount, name)
+    os.mkdir(path)
+    with open(os.path.join(path, limit_file), "w") as f:
+        f.write(str(limit))
+    return path
 
 
 def main():
@@ -100,27 +131,33 @@ def main():
     rows = []
     for name, probe, argv, *extra in WORKLOADS:
         flags = extra[0] if extra else []
+        limit = extra[1] if len(extra) > 1 else None
         if only and probe not in only:
             continue
         argv = [a.format(file=path) for a in argv]
         off, stats, on, events, inside = [], [], [], [], []
-        timed(workload, argv)  # warm-up
-        for _ in range(runs):
-            off.append(timed(workload, argv))
-            proc, addr = start(usescope, probe, ["--probe.bpf-stats", *flags])
-            try:
-                r0, s0 = scrape(addr, probe)
-                stats.append(timed(workload, argv))
-                r1, s1 = scrape(addr, probe)
-            finally:
-                stop(proc)
-            events.append(r1 - r0)
-            inside.append((s1 - s0) * 1e9 / max(r1 - r0, 1))
-            proc, _ = start(usescope, probe, flags)
-            try:
-                on.append(timed(workload, argv))
-            finally:
-                stop(proc)
+        cgroup = memory_cgroup(f"usescope-bench-{os.getpid()}", limit) if limit else None
+        try:
+            timed(workload, argv, cgroup)  # warm-up
+            for _ in range(runs):
+                off.append(timed(workload, argv, cgroup))
+                proc, addr = start(usescope, probe, ["--probe.bpf-stats", *flags])
+                try:
+                    r0, s0 = scrape(addr, probe)
+                    stats.append(timed(workload, argv, cgroup))
+                    r1, s1 = scrape(addr, probe)
+                finally:
+                    stop(proc)
+                events.append(r1 - r0)
+                inside.append((s1 - s0) * 1e9 / max(r1 - r0, 1))
+                proc, _ = start(usescope, probe, flags)
+                try:
+                    on.append(timed(workload, argv, cgroup))
+                finally:
+                    stop(proc)
+        finally:
+            if cgroup:
+                os.rmdir(cgroup)
         m_off, m_on, m_st, m_ev = (statistics.median(x) for x in (off, on, stats, events))
         row = (name, runs, m_off / 1e6, m_on / 1e6, m_st / 1e6, m_ev,
                (m_on - m_off) / m_ev, (m_st - m_off) / m_ev, statistics.median(inside))

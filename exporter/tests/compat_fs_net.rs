@@ -221,11 +221,19 @@ fn ipvs_sctp_service_is_its_own() {
     );
     let pair = on(&bin, t.path(), &["--collector.ipvs"]);
     let diffs = node_exporter::differences(&pair, |_| true);
-    let sctp_backend = "remote_address\", \"10.244.0.9\"";
+    let sctp_backend = "remote_address=\"10.244.0.9\"";
     // node_exporter: the SCTP backend under 10.96.0.1:443/TCP; usescope:
     // under 10.96.0.2:2905/SCTP. Three families, two series each.
     assert_eq!(diffs.len(), 6, "{diffs:#?}");
     assert!(diffs.iter().all(|d| d.contains(sctp_backend)), "{diffs:#?}");
+    let under = |side: &str, proto: &str| {
+        diffs
+            .iter()
+            .filter(|d| d.starts_with(side) && d.contains(proto))
+            .count()
+    };
+    assert_eq!(under("- ", "proto=\"TCP\""), 3, "{diffs:#?}");
+    assert_eq!(under("+ ", "proto=\"SCTP\""), 3, "{diffs:#?}");
     assert!(pair.usescope.contains("proto=\"SCTP\""));
     assert!(!pair.node_exporter.contains("proto=\"SCTP\""));
 }
@@ -529,8 +537,10 @@ fn btrfs_on_a_real_loop_device() {
     );
     // Commits happen in the background (every 30 s): compared apart.
     let commit = |n: &str| n.contains("commit");
-    let problems = node_exporter::differences(&pair, |n| !commit(n));
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    node_exporter::assert_none(
+        "btrfs on a loop device",
+        &node_exporter::differences(&pair, |n| !commit(n)),
+    );
     assert_eq!(success(&pair.usescope, "btrfs"), Some(1.0));
     let us = node_exporter::families(&pair.usescope);
     // The ioctl path: per-device error counters, labelled with the

@@ -11,186 +11,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::{TcpListener, TcpStream};
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use common::{Daemon, fixture, http_get};
+use common::node_exporter::{Pair, differences, families, run_both, samples};
+use common::{Daemon, fixture};
 
-/// node_exporter on a free loopback port, killed on drop.
-struct NodeExporter(Child, std::net::SocketAddr);
-
-impl NodeExporter {
-    fn start(bin: &Path, args: &[String]) -> NodeExporter {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(bin)
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--collector.disable-defaults")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start node_exporter");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "node_exporter did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        NodeExporter(child, addr)
-    }
-
-    fn scrape(&self) -> String {
-        let r = http_get(self.1, "/metrics", &[]);
-        assert_eq!(r.status, 200);
-        r.text()
-    }
-}
-
-impl Drop for NodeExporter {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// An exposition as families (name → (HELP, TYPE)) and samples
-/// (`name{sorted labels}` → value), without the families that are each
-/// exporter's own.
-#[derive(Default, Debug)]
-struct Parsed {
-    families: BTreeMap<String, (String, String)>,
-    samples: BTreeMap<String, f64>,
-}
-
-fn own(name: &str) -> bool {
-    [
-        "go_",
-        "promhttp_",
-        "process_",
-        "usescope_",
-        "node_scrape_collector_",
-        "node_exporter_",
-    ]
-    .iter()
-    .any(|p| name.starts_with(p))
-}
-
-/// A small reader of the text format as both exporters write it (label
-/// values may hold escaped quotes, never a raw newline).
-fn parse(text: &str) -> Parsed {
-    let mut p = Parsed::default();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            if !own(name) {
-                p.families.entry(name.into()).or_default().0 = help.into();
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, t) = rest.split_once(' ').unwrap();
-            if !own(name) {
-                p.families.entry(name.into()).or_default().1 = t.into();
-            }
-            continue;
-        }
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (series, value) = line.rsplit_once(' ').unwrap();
-        let (name, labels) = match series.split_once('{') {
-            Some((n, l)) => (n, l.strip_suffix('}').unwrap()),
-            None => (series, ""),
-        };
-        if own(name) {
-            continue;
-        }
-        let mut pairs = Vec::new();
-        let mut rest = labels;
-        while !rest.is_empty() {
-            let (k, after) = rest.split_once("=\"").unwrap();
-            let mut end = 0;
-            let b = after.as_bytes();
-            while b[end] != b'"' {
-                end += if b[end] == b'\\' { 2 } else { 1 };
-            }
-            let mut v = after[..end].to_string();
-            // le/quantile are numbers: compare them as numbers.
-            if k == "le" || k == "quantile" {
-                v = format!("{:?}", parse_value(&v));
-            }
-            pairs.push(format!("{k}=\"{v}\""));
-            rest = after[end + 1..].trim_start_matches(',');
-        }
-        pairs.sort();
-        p.samples
-            .insert(format!("{name}{{{}}}", pairs.join(",")), parse_value(value));
-    }
-    p
-}
-
-fn parse_value(v: &str) -> f64 {
-    match v {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().unwrap(),
-    }
-}
-
-/// Everything that differs, one line each: `- ...` only node_exporter's,
-/// `+ ...` only usescope's, `~ ...` both with other values or HELP/TYPE.
-fn differences(ne: &Parsed, us: &Parsed, keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for (k, v) in &ne.samples {
-        if !keep(k) {
-            continue;
-        }
-        match us.samples.get(k) {
-            None => {
-                out.insert(format!("- {k}"));
-            }
-            Some(u) if !(u == v || (u.is_nan() && v.is_nan())) => {
-                out.insert(format!("~ {k} {v} vs {u}"));
-            }
-            Some(_) => {}
-        }
-    }
-    for k in us.samples.keys() {
-        if keep(k) && !ne.samples.contains_key(k) {
-            out.insert(format!("+ {k}"));
-        }
-    }
-    for (name, nf) in &ne.families {
-        if let Some(uf) = us.families.get(name)
-            && keep(name)
-            && nf != uf
-        {
-            out.insert(format!("~ family {name}: {nf:?} vs {uf:?}"));
-        }
-    }
-    out
-}
-
-fn both(ne_bin: &Path, args: &[String]) -> (Parsed, Parsed) {
-    let ne = NodeExporter::start(ne_bin, args);
-    let mut us_args: Vec<&str> = vec![
-        "--collector.disable-defaults",
-        "--no-probe.runqlat",
-        "--no-probe.cachestat",
-        "--no-probe.drops",
-    ];
-    us_args.extend(args.iter().map(String::as_str));
-    let us = Daemon::start(&us_args);
-    let (a, b) = (parse(&ne.scrape()), parse(&us.scrape()));
-    assert!(us.stop().success());
-    (a, b)
+/// Both exporters with `--collector.disable-defaults` and `args`.
+fn both(ne_bin: &Path, args: &[String]) -> Pair {
+    run_both(ne_bin, args, &[])
 }
 
 fn set(lines: &[&str]) -> BTreeSet<String> {
@@ -207,15 +37,16 @@ fn sysfs_collectors_match_node_exporter() {
         "--collector.hwmon".to_string(),
         "--collector.thermal_zone".to_string(),
     ];
-    let (n, u) = both(&ne, &args);
+    let pair = both(&ne, &args);
+    let n = samples(&pair.node_exporter);
+    assert!(n.keys().any(|k| k.starts_with("node_hwmon_temp_celsius{")));
     assert!(
-        n.samples
-            .keys()
-            .any(|k| k.starts_with("node_hwmon_temp_celsius{"))
+        families(&pair.node_exporter).len() > 30,
+        "{:?}",
+        families(&pair.node_exporter).keys()
     );
-    assert!(n.families.len() > 30, "{:?}", n.families.keys());
     assert_eq!(
-        differences(&n, &u, |_| true),
+        differences(&pair, |_| true),
         set(&[
             // thermal_zone2's temp cannot be read: node_exporter exports
             // 0 °C for it, usescope leaves the zone out.
@@ -235,9 +66,10 @@ fn hwmon_filters_match_node_exporter() {
         "--collector.hwmon.chip-exclude=^nvme".to_string(),
         "--collector.hwmon.sensor-include=;(temp|in)[0-9]".to_string(),
     ];
-    let (n, u) = both(&ne, &args);
-    assert!(!n.samples.keys().any(|k| k.contains("nvme")));
-    assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
+    let pair = both(&ne, &args);
+    let n = samples(&pair.node_exporter);
+    assert!(!n.keys().any(|k| k.contains("nvme")));
+    assert_eq!(differences(&pair, |_| true), BTreeSet::new());
 }
 
 #[test]
@@ -263,18 +95,17 @@ fn disk_udev_info_matches_node_exporter() {
         format!("--path.udev.data={}", fixture("udev").display()),
         "--collector.diskstats".to_string(),
     ];
-    let (n, u) = both(&ne, &args);
+    let pair = both(&ne, &args);
+    let n = samples(&pair.node_exporter);
     assert!(
-        n.samples
-            .keys()
+        n.keys()
             .any(|k| k.starts_with("node_disk_device_mapper_info{"))
     );
     assert!(
-        n.samples
-            .keys()
+        n.keys()
             .any(|k| k.starts_with("node_disk_ata_write_cache{"))
     );
-    assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
+    assert_eq!(differences(&pair, |_| true), BTreeSet::new());
 }
 
 fn textfile_args(dir: &str) -> Vec<String> {
@@ -292,10 +123,11 @@ fn textfile_good_files_match_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, u) = both(&ne, &textfile_args("good"));
-    assert!(n.samples.len() > 20, "{:?}", n.samples);
-    assert_eq!(n.samples.get("node_textfile_scrape_error{}"), Some(&0.0));
-    assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
+    let pair = both(&ne, &textfile_args("good"));
+    let n = samples(&pair.node_exporter);
+    assert!(n.len() > 20, "{:?}", n);
+    assert_eq!(n.get("node_textfile_scrape_error{}"), Some(&0.0));
+    assert_eq!(differences(&pair, |_| true), BTreeSet::new());
 }
 
 #[test]
@@ -303,13 +135,14 @@ fn textfile_bad_files_differences_are_the_listed_ones() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, u) = both(&ne, &textfile_args("bad"));
+    let pair = both(&ne, &textfile_args("bad"));
+    let (n, u) = (samples(&pair.node_exporter), samples(&pair.usescope));
     let dir = fixture("textfile/bad");
     let d = dir.display();
-    assert_eq!(u.samples.get("node_textfile_scrape_error{}"), Some(&1.0));
-    assert_eq!(n.samples.get("node_textfile_scrape_error{}"), Some(&1.0));
+    assert_eq!(u.get("node_textfile_scrape_error{}"), Some(&1.0));
+    assert_eq!(n.get("node_textfile_scrape_error{}"), Some(&1.0));
     assert_eq!(
-        differences(&n, &u, |_| true),
+        differences(&pair, |_| true),
         set(&[
             // dup.prom repeats a series. node_exporter keeps the first
             // sample and drops the second at gather time (a log line, no
@@ -329,12 +162,12 @@ fn textfile_conflict_differences_are_the_listed_ones() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, u) = both(&ne, &textfile_args("conflict"));
+    let pair = both(&ne, &textfile_args("conflict"));
     let dir = fixture("textfile/conflict");
     let d = dir.display();
     let mtime = |f: &str| format!("- node_textfile_mtime_seconds{{file=\"{d}/{f}\"}}");
     assert_eq!(
-        differences(&n, &u, |_| true),
+        differences(&pair, |_| true),
         set(&[
             // node_exporter takes each file's other families and drops
             // only the conflicting samples (at gather time, without
@@ -364,38 +197,24 @@ fn cpufreq_and_power_supply_match_node_exporter() {
         "--collector.cpufreq".to_string(),
         "--collector.powersupplyclass".to_string(),
     ];
-    let (n, u) = both(&ne, &args);
-    assert!(
-        n.samples
-            .contains_key("node_cpu_scaling_governor{cpu=\"0\",governor=\"schedutil\"}")
-    );
-    assert!(
-        n.samples
-            .contains_key("node_cpu_frequency_avg_hertz{cpu=\"1\"}")
-    );
-    assert!(
-        n.samples
-            .contains_key("node_power_supply_online{power_supply=\"AC\"}")
-    );
-    assert!(
-        n.samples
-            .keys()
-            .any(|k| k.starts_with("node_power_supply_info{"))
-    );
-    assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
+    let pair = both(&ne, &args);
+    let n = samples(&pair.node_exporter);
+    assert!(n.contains_key("node_cpu_scaling_governor{cpu=\"0\",governor=\"schedutil\"}"));
+    assert!(n.contains_key("node_cpu_frequency_avg_hertz{cpu=\"1\"}"));
+    assert!(n.contains_key("node_power_supply_online{power_supply=\"AC\"}"));
+    assert!(n.keys().any(|k| k.starts_with("node_power_supply_info{")));
+    assert_eq!(differences(&pair, |_| true), BTreeSet::new());
 
     let args = vec![
         format!("--path.sysfs={}", fixture("sys").display()),
         "--collector.powersupplyclass".to_string(),
         "--collector.powersupply.ignored-supplies=^BAT".to_string(),
     ];
-    let (n, u) = both(&ne, &args);
-    assert!(!n.samples.keys().any(|k| k.contains("BAT0")));
-    assert!(
-        n.samples
-            .contains_key("node_power_supply_online{power_supply=\"AC\"}")
-    );
-    assert_eq!(differences(&n, &u, |_| true), BTreeSet::new());
+    let pair = both(&ne, &args);
+    let n = samples(&pair.node_exporter);
+    assert!(!n.keys().any(|k| k.contains("BAT0")));
+    assert!(n.contains_key("node_power_supply_online{power_supply=\"AC\"}"));
+    assert_eq!(differences(&pair, |_| true), BTreeSet::new());
 }
 
 /// `node_cpu_frequency_hertz` is both cpu's (/proc/cpuinfo, with
@@ -414,16 +233,11 @@ fn cpu_frequency_family_is_written_once() {
         "--collector.cpu.info".to_string(),
         "--collector.cpufreq".to_string(),
     ];
-    let ne = NodeExporter::start(&ne, &args);
-    let mut us_args = vec![
-        "--collector.disable-defaults",
-        "--no-probe.runqlat",
-        "--no-probe.cachestat",
-        "--no-probe.drops",
-    ];
-    us_args.extend(args.iter().map(String::as_str));
-    let us = Daemon::start(&us_args);
-    for (who, text) in [("node_exporter", ne.scrape()), ("usescope", us.scrape())] {
+    let pair = run_both(&ne, &args, &[]);
+    for (who, text) in [
+        ("node_exporter", &pair.node_exporter),
+        ("usescope", &pair.usescope),
+    ] {
         let types = text
             .lines()
             .filter(|l| *l == "# TYPE node_cpu_frequency_hertz gauge")
@@ -434,14 +248,13 @@ fn cpu_frequency_family_is_written_once() {
             "{who}"
         );
     }
-    let text = us.scrape();
     assert!(
-        text.contains(
+        pair.usescope.contains(
             "# HELP node_cpu_frequency_hertz CPU frequency in hertz from /proc/cpuinfo.\n"
         ),
-        "{text}"
+        "{}",
+        pair.usescope
     );
-    assert!(us.stop().success());
 }
 
 /// node_exporter and usescope with only `collector` on, over the sysfs
@@ -450,15 +263,15 @@ fn sysfs_collector_differences(
     ne: &Path,
     collector: &str,
     extra: &[&str],
-) -> (Parsed, BTreeSet<String>) {
+) -> (Pair, BTreeSet<String>) {
     let mut args = vec![
         format!("--path.sysfs={}", fixture("sys").display()),
         format!("--collector.{collector}"),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let (n, u) = both(ne, &args);
-    let d = differences(&n, &u, |_| true);
-    (n, d)
+    let pair = both(ne, &args);
+    let d = differences(&pair, |_| true);
+    (pair, d)
 }
 
 #[test]
@@ -466,13 +279,13 @@ fn dmi_matches_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "dmi", &[]);
+    let (pair, d) = sysfs_collector_differences(&ne, "dmi", &[]);
+    let n = samples(&pair.node_exporter);
     assert!(
-        n.samples
-            .keys()
+        n.keys()
             .any(|k| k.starts_with("node_dmi_info{") && k.contains("product_serial=\"9XK2F73\"")),
         "{:?}",
-        n.samples
+        n
     );
     assert_eq!(d, BTreeSet::new());
 }
@@ -548,12 +361,10 @@ fn watchdog_matches_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "watchdog", &[]);
-    assert!(
-        n.samples
-            .contains_key("node_watchdog_timeleft_seconds{name=\"watchdog0\"}")
-    );
-    assert!(n.samples.keys().any(|k| k.contains("Software Watchdog")));
+    let (pair, d) = sysfs_collector_differences(&ne, "watchdog", &[]);
+    let n = samples(&pair.node_exporter);
+    assert!(n.contains_key("node_watchdog_timeleft_seconds{name=\"watchdog0\"}"));
+    assert!(n.keys().any(|k| k.contains("Software Watchdog")));
     assert_eq!(d, BTreeSet::new());
 }
 
@@ -562,12 +373,14 @@ fn rapl_matches_node_exporter_with_and_without_zone_label() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "rapl", &[]);
-    assert!(n.families.contains_key("node_rapl_dram_joules_total"));
-    assert!(n.families.contains_key("node_rapl_package_joules_total"));
+    let (pair, d) = sysfs_collector_differences(&ne, "rapl", &[]);
+    assert!(families(&pair.node_exporter).contains_key("node_rapl_dram_joules_total"));
+    assert!(families(&pair.node_exporter).contains_key("node_rapl_package_joules_total"));
     assert_eq!(d, BTreeSet::new());
-    let (n, d) = sysfs_collector_differences(&ne, "rapl", &["--collector.rapl.enable-zone-label"]);
-    assert!(n.samples.keys().any(|k| k.contains("rapl_zone=\"core\"")));
+    let (pair, d) =
+        sysfs_collector_differences(&ne, "rapl", &["--collector.rapl.enable-zone-label"]);
+    let n = samples(&pair.node_exporter);
+    assert!(n.keys().any(|k| k.contains("rapl_zone=\"core\"")));
     assert_eq!(d, BTreeSet::new());
 }
 
@@ -576,8 +389,9 @@ fn dmmultipath_matches_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "dmmultipath", &[]);
-    assert!(n.samples.contains_key(
+    let (pair, d) = sysfs_collector_differences(&ne, "dmmultipath", &[]);
+    let n = samples(&pair.node_exporter);
+    assert!(n.contains_key(
         "node_dmmultipath_device_paths_failed{device=\"mpathb\",sysfs_name=\"dm-1\"}"
     ));
     assert_eq!(d, BTreeSet::new());
@@ -588,22 +402,20 @@ fn infiniband_matches_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "infiniband", &[]);
+    let (pair, d) = sysfs_collector_differences(&ne, "infiniband", &[]);
+    let n = samples(&pair.node_exporter);
     assert!(
-        n.samples
-            .contains_key("node_infiniband_rx_write_requests_total{device=\"mlx5_0\",port=\"1\"}")
+        n.contains_key("node_infiniband_rx_write_requests_total{device=\"mlx5_0\",port=\"1\"}")
     );
-    assert!(
-        n.samples
-            .contains_key("node_infiniband_state_id{device=\"mlx4_0\",port=\"2\"}")
-    );
+    assert!(n.contains_key("node_infiniband_state_id{device=\"mlx4_0\",port=\"2\"}"));
     assert_eq!(d, BTreeSet::new());
-    let (n, d) = sysfs_collector_differences(
+    let (pair, d) = sysfs_collector_differences(
         &ne,
         "infiniband",
         &["--collector.infiniband.device-include=^mlx5"],
     );
-    assert!(!n.samples.keys().any(|k| k.contains("mlx4_0")));
+    let n = samples(&pair.node_exporter);
+    assert!(!n.keys().any(|k| k.contains("mlx4_0")));
     assert_eq!(d, BTreeSet::new());
 }
 
@@ -612,15 +424,10 @@ fn fibrechannel_matches_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "fibrechannel", &[]);
-    assert!(
-        n.samples
-            .contains_key("node_fibrechannel_loss_of_signal_total{fc_host=\"host1\"}")
-    );
-    assert!(
-        !n.samples
-            .contains_key("node_fibrechannel_nos_total{fc_host=\"host0\"}")
-    );
+    let (pair, d) = sysfs_collector_differences(&ne, "fibrechannel", &[]);
+    let n = samples(&pair.node_exporter);
+    assert!(n.contains_key("node_fibrechannel_loss_of_signal_total{fc_host=\"host1\"}"));
+    assert!(!n.contains_key("node_fibrechannel_nos_total{fc_host=\"host0\"}"));
     assert_eq!(d, BTreeSet::new());
 }
 
@@ -629,18 +436,17 @@ fn tapestats_matches_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "tapestats", &[]);
-    assert!(
-        n.samples
-            .contains_key("node_tape_write_time_seconds_total{device=\"st0\"}")
-    );
+    let (pair, d) = sysfs_collector_differences(&ne, "tapestats", &[]);
+    let n = samples(&pair.node_exporter);
+    assert!(n.contains_key("node_tape_write_time_seconds_total{device=\"st0\"}"));
     assert_eq!(d, BTreeSet::new());
-    let (n, d) = sysfs_collector_differences(
+    let (pair, d) = sysfs_collector_differences(
         &ne,
         "tapestats",
         &["--collector.tapestats.ignored-devices=^st0$"],
     );
-    assert!(!n.samples.keys().any(|k| k.contains("\"st0\"")));
+    let n = samples(&pair.node_exporter);
+    assert!(!n.keys().any(|k| k.contains("\"st0\"")));
     assert_eq!(d, BTreeSet::new());
 }
 
@@ -649,20 +455,16 @@ fn bcache_matches_node_exporter_with_and_without_priority_stats() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "bcache", &[]);
+    let (pair, d) = sysfs_collector_differences(&ne, "bcache", &[]);
     assert!(
-        n.families
-            .contains_key("node_bcache_writeback_rate_proportional_term")
+        families(&pair.node_exporter).contains_key("node_bcache_writeback_rate_proportional_term")
     );
-    assert!(
-        n.families
-            .contains_key("node_bcache_cache_readaheads_total")
-    );
+    assert!(families(&pair.node_exporter).contains_key("node_bcache_cache_readaheads_total"));
     assert_eq!(d, BTreeSet::new());
-    let (n, d) = sysfs_collector_differences(&ne, "bcache", &["--collector.bcache.priorityStats"]);
+    let (pair, d) =
+        sysfs_collector_differences(&ne, "bcache", &["--collector.bcache.priorityStats"]);
     assert!(
-        n.families
-            .contains_key("node_bcache_priority_stats_unused_percent")
+        families(&pair.node_exporter).contains_key("node_bcache_priority_stats_unused_percent")
     );
     assert_eq!(d, BTreeSet::new());
 }
@@ -672,11 +474,8 @@ fn bcachefs_matches_node_exporter() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (n, d) = sysfs_collector_differences(&ne, "bcachefs", &[]);
-    assert!(
-        n.families
-            .contains_key("node_bcachefs_device_io_done_bytes_total")
-    );
-    assert!(n.families.contains_key("node_bcachefs_write_super_total"));
+    let (pair, d) = sysfs_collector_differences(&ne, "bcachefs", &[]);
+    assert!(families(&pair.node_exporter).contains_key("node_bcachefs_device_io_done_bytes_total"));
+    assert!(families(&pair.node_exporter).contains_key("node_bcachefs_write_super_total"));
     assert_eq!(d, BTreeSet::new());
 }

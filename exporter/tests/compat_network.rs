@@ -25,13 +25,7 @@ fn assert_same_families(
     collector: &str,
     keep: impl Fn(&str) -> bool,
 ) -> BTreeMap<String, Family> {
-    let problems = node_exporter::differences(pair, &keep);
-    assert!(
-        problems.is_empty(),
-        "{collector}: {} differences from node_exporter:\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
+    node_exporter::assert_none(collector, &node_exporter::differences(pair, &keep));
     let mut us = families(&pair.usescope);
     us.retain(|k, _| keep(k));
     us

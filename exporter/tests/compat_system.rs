@@ -19,223 +19,47 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{Daemon, fixture, http_get};
+use common::node_exporter::{
+    Family, Pair, assert_none, differences_within, families, parse, run_both,
+};
+use common::{Daemon, fixture};
 
-/// A node_exporter process on a loopback port, killed (by its own pid) on
-/// drop.
-struct NodeExporter {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl NodeExporter {
-    fn start(bin: &Path, args: &[String]) -> NodeExporter {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(bin)
-            .arg(format!("--web.listen-address={addr}"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn node_exporter");
-        let ne = NodeExporter { child, addr };
-        let end = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < end, "node_exporter did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        ne
-    }
-
-    fn scrape(&self) -> String {
-        let r = http_get(self.addr, "/metrics", &[]);
-        assert_eq!(r.status, 200);
-        r.text()
-    }
-}
-
-impl Drop for NodeExporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-type Labels = BTreeMap<String, String>;
-
-#[derive(Debug, Default)]
-struct Family {
-    kind: String,
-    help: String,
-    samples: Vec<(Labels, f64)>,
-}
-
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c == '\\' {
-            match it.next() {
-                Some('n') => out.push('\n'),
-                Some(o) => out.push(o),
-                None => out.push('\\'),
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Families of a text exposition: type, HELP, samples with their labels.
-fn parse(expo: &str) -> BTreeMap<String, Family> {
-    let mut fams: BTreeMap<String, Family> = BTreeMap::new();
-    for line in expo.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            fams.entry(name.to_string()).or_default().help = unescape(help);
-        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap();
-            fams.entry(name.to_string()).or_default().kind = kind.to_string();
-        } else if !line.is_empty() && !line.starts_with('#') {
-            let (series, value) = line.rsplit_once(' ').unwrap();
-            let (name, labels) = match series.split_once('{') {
-                Some((n, l)) => (n, parse_labels(l.strip_suffix('}').unwrap())),
-                None => (series, Labels::new()),
-            };
-            let v: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
-            fams.entry(name.to_string())
-                .or_default()
-                .samples
-                .push((labels, v));
-        }
-    }
-    fams
-}
-
-fn parse_labels(s: &str) -> Labels {
-    let mut out = Labels::new();
-    let mut rest = s;
-    while !rest.is_empty() {
-        let (name, after) = rest.split_once("=\"").unwrap();
-        let mut end = 0;
-        let b = after.as_bytes();
-        while b[end] != b'"' {
-            end += if b[end] == b'\\' { 2 } else { 1 };
-        }
-        out.insert(name.to_string(), unescape(&after[..end]));
-        rest = after[end + 1..].trim_start_matches(',');
-    }
-    out
-}
-
-/// How far apart two reads of a family may be.
-fn tolerance(family: &str) -> f64 {
-    match family {
+/// How far apart node_exporter's and usescope's reads of a family may be:
+/// on a fixture tree only the clock moves; on the live host the clock
+/// state and the CPU counters move between the two reads too.
+fn tolerance(live: bool) -> impl Fn(&str) -> f64 {
+    move |family: &str| match family {
         "node_time_seconds" => 5.0,
+        _ if !live => 0.0,
         "node_timex_offset_seconds" | "node_timex_pps_jitter_seconds" => 0.01,
         "node_timex_maxerror_seconds" | "node_timex_estimated_error_seconds" => 0.1,
         "node_timex_frequency_adjustment_ratio" => 1e-5,
-        // Live counters move between the two scrapes.
         f if f.starts_with("node_cpu_seconds_total") || f.starts_with("node_cpu_guest") => 10.0,
         _ => 0.0,
     }
 }
 
-/// Compares the `wanted` families of node_exporter's (`ne`) and usescope's
-/// (`us`) expositions; returns one line per difference.
-fn compare(ne: &str, us: &str, wanted: impl Fn(&str) -> bool, live: bool) -> Vec<String> {
-    let (ne, us) = (parse(ne), parse(us));
-    let names: BTreeSet<&String> = ne.keys().chain(us.keys()).filter(|n| wanted(n)).collect();
-    let mut diffs = Vec::new();
-    assert!(!names.is_empty(), "no family selected");
-    for name in names {
-        let (Some(n), Some(u)) = (ne.get(name), us.get(name)) else {
-            diffs.push(format!(
-                "{name}: only in {}",
-                if ne.contains_key(name) {
-                    "node_exporter"
-                } else {
-                    "usescope"
-                }
-            ));
-            continue;
-        };
-        if n.kind != u.kind {
-            diffs.push(format!("{name}: type {} vs {}", n.kind, u.kind));
-        }
-        if n.help != u.help {
-            diffs.push(format!("{name}: HELP {:?} vs {:?}", n.help, u.help));
-        }
-        let by_labels =
-            |f: &Family| -> BTreeMap<Labels, f64> { f.samples.iter().cloned().collect() };
-        let (nl, ul) = (by_labels(n), by_labels(u));
-        if nl.len() != n.samples.len() || ul.len() != u.samples.len() {
-            diffs.push(format!("{name}: duplicate series"));
-        }
-        let nk: BTreeSet<&Labels> = nl.keys().collect();
-        let uk: BTreeSet<&Labels> = ul.keys().collect();
-        if nk != uk {
-            diffs.push(format!(
-                "{name}: label sets differ: only node_exporter {:?}, only usescope {:?}",
-                nk.difference(&uk).take(3).collect::<Vec<_>>(),
-                uk.difference(&nk).take(3).collect::<Vec<_>>()
-            ));
-            continue;
-        }
-        let tol = if live { tolerance(name) } else { 0.0 };
-        let tol = if name == "node_time_seconds" {
-            5.0
-        } else {
-            tol
-        };
-        for (labels, nv) in &nl {
-            let uv = ul[labels];
-            let same = nv == &uv
-                || (nv.is_nan() && uv.is_nan())
-                || (nv - uv).abs() <= tol
-                || (nv - uv).abs() <= 1e-12 * nv.abs();
-            if !same {
-                diffs.push(format!(
-                    "{name}{labels:?}: node_exporter {nv} vs usescope {uv}"
-                ));
-            }
-        }
-    }
-    diffs
-}
-
-const NO_PROBES: [&str; 3] = [
-    "--no-probe.runqlat",
-    "--no-probe.cachestat",
-    "--no-probe.drops",
-];
-
-/// Scrapes node_exporter and usescope with the same roots and collector
-/// flags (usescope additionally gets `us_extra`), back to back.
-fn both(ne_bin: &Path, roots: &[String], flags: &[&str], ne_extra: &[&str]) -> (String, String) {
-    let mut ne_args: Vec<String> = roots.to_vec();
-    ne_args.push("--collector.disable-defaults".into());
-    ne_args.extend(flags.iter().chain(ne_extra).map(|s| s.to_string()));
-    let ne = NodeExporter::start(ne_bin, &ne_args);
-    let mut us_args: Vec<String> = roots.to_vec();
-    us_args.push("--collector.disable-defaults".into());
-    us_args.extend(flags.iter().chain(&NO_PROBES).map(|s| s.to_string()));
-    let refs: Vec<&str> = us_args.iter().map(String::as_str).collect();
-    let us = Daemon::start(&refs);
-    let (n, u) = (ne.scrape(), us.scrape());
-    assert!(us.stop().success());
-    (n, u)
+/// Both exporters on `roots` with `flags` (node_exporter also with
+/// `ne_extra`), compared on this file's families.
+fn compare(
+    ne: &Path,
+    roots: &[String],
+    flags: &[&str],
+    ne_extra: &[&str],
+    live: bool,
+) -> (Pair, BTreeSet<String>) {
+    let mut args = roots.to_vec();
+    args.extend(flags.iter().map(|s| s.to_string()));
+    let pair = run_both(ne, &args, ne_extra);
+    // A comparison of nothing would pass: the flags must select something.
+    assert!(
+        families(&pair.node_exporter).keys().any(|n| ours(n)),
+        "no family of this file selected by {args:?}"
+    );
+    let diffs = differences_within(&pair, ours, tolerance(live));
+    (pair, diffs)
 }
 
 fn roots(procfs: &Path, sysfs: &Path, rootfs: &Path) -> Vec<String> {
@@ -263,15 +87,6 @@ fn ours(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p)) && !cpufreq
 }
 
-fn assert_same(what: &str, diffs: Vec<String>) {
-    assert!(
-        diffs.is_empty(),
-        "{what}: {} differences from node_exporter:\n{}",
-        diffs.len(),
-        diffs.join("\n")
-    );
-}
-
 const ALL_SYSTEM: [&str; 6] = [
     "--collector.cpu",
     "--collector.time",
@@ -294,9 +109,9 @@ fn captured_fixture_tree() {
         "--collector.os",
         "--collector.processes",
     ];
-    let (n, u) = both(&ne, &r, &flags, &[]);
-    let diffs = compare(&n, &u, ours, false);
-    assert_same("captured tree", diffs);
+    let (pair, diffs) = compare(&ne, &r, &flags, &[], false);
+    assert_none("captured tree", &diffs);
+    let u = &pair.usescope;
     // Everything these collectors emit on the tree was compared.
     for f in [
         "node_cpu_seconds_total",
@@ -327,8 +142,9 @@ fn two_socket_host_with_cpu_info() {
     ];
     // node_exporter emits node_cpu_frequency_hertz only with its cpufreq
     // collector on (its default); usescope with cpu.info.
-    let (n, u) = both(&ne, &r, &flags, &["--collector.cpufreq"]);
-    assert_same("two-socket tree", compare(&n, &u, ours, false));
+    let (pair, diffs) = compare(&ne, &r, &flags, &["--collector.cpufreq"], false);
+    assert_none("two-socket tree", &diffs);
+    let u = &pair.usescope;
     for f in [
         "node_cpu_info",
         "node_cpu_frequency_hertz",
@@ -341,16 +157,18 @@ fn two_socket_host_with_cpu_info() {
         assert!(u.contains(&format!("# TYPE {f} ")), "{f} missing");
     }
     // --no-collector.cpu.guest drops the family in both.
-    let (n, u) = both(
+    let (pair, diffs) = compare(
         &ne,
         &r,
         &["--collector.cpu", "--no-collector.cpu.guest"],
         &[],
+        false,
     );
     assert!(
-        !n.contains("node_cpu_guest_seconds_total") && !u.contains("node_cpu_guest_seconds_total")
+        !pair.node_exporter.contains("node_cpu_guest_seconds_total")
+            && !pair.usescope.contains("node_cpu_guest_seconds_total")
     );
-    assert_same("two-socket tree, no guest", compare(&n, &u, ours, false));
+    assert_none("two-socket tree, no guest", &diffs);
 }
 
 #[test]
@@ -366,8 +184,9 @@ fn os_release_with_quotes_and_escapes() {
     )
     .unwrap();
     let r = roots(&fixture("proc"), &fixture("sys"), rootfs.path());
-    let (n, u) = both(&ne, &r, &["--collector.os"], &[]);
-    assert_same("os-release edge cases", compare(&n, &u, ours, false));
+    let (pair, diffs) = compare(&ne, &r, &["--collector.os"], &[], false);
+    assert_none("os-release edge cases", &diffs);
+    let u = &pair.usescope;
     assert!(
         u.contains("pretty_name=\"Edge Linux 9.4 (Café 😀) \\\\ back/slash\""),
         "{u}"
@@ -389,8 +208,9 @@ fn live_host() {
         .copied()
         .filter(|f| *f != "--collector.processes")
         .collect();
-    let (n, u) = both(&ne, &r, &flags, &[]);
-    assert_same("live host", compare(&n, &u, ours, true));
+    let (pair, diffs) = compare(&ne, &r, &flags, &[], true);
+    assert_none("live host", &diffs);
+    let u = &pair.usescope;
     for f in [
         "node_timex_sync_status",
         "node_time_seconds",
@@ -400,15 +220,15 @@ fn live_host() {
     }
     // The live process table changes between two reads: compare the
     // families, types, HELP and label names only.
-    let (n, u) = both(&ne, &r, &["--collector.processes"], &[]);
-    let (n, u) = (parse(&n), parse(&u));
+    let (pair, _) = compare(&ne, &r, &["--collector.processes"], &[], true);
+    let (n, u) = (parse(&pair.node_exporter), parse(&pair.usescope));
     for (name, nf) in n.iter().filter(|(k, _)| k.starts_with("node_processes_")) {
         let uf = u.get(name).unwrap_or_else(|| panic!("{name} missing"));
         assert_eq!((&nf.kind, &nf.help), (&uf.kind, &uf.help), "{name}");
         let names = |f: &Family| -> BTreeSet<String> {
-            f.samples
-                .iter()
-                .flat_map(|(l, _)| l.keys().cloned())
+            f.series
+                .keys()
+                .flat_map(|l| l.iter().map(|(k, _)| k.clone()))
                 .collect()
         };
         assert_eq!(names(nf), names(uf), "{name}");
@@ -421,27 +241,33 @@ fn node_exporter_build_info_has_node_exporters_labels() {
         return;
     };
     let r = roots(&fixture("proc"), &fixture("sys"), &fixture("rootfs"));
-    let (n, u) = both(&ne, &r, &["--collector.time"], &[]);
-    let (n, u) = (parse(&n), parse(&u));
+    let (pair, _) = compare(&ne, &r, &["--collector.time"], &[], false);
+    let (n, u) = (parse(&pair.node_exporter), parse(&pair.usescope));
     let (nf, uf) = (
         &n["node_exporter_build_info"],
         &u["node_exporter_build_info"],
     );
     assert_eq!((&nf.kind, &nf.help), (&uf.kind, &uf.help));
-    let keys = |f: &Family| f.samples[0].0.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(keys(nf), keys(uf));
-    let labels = &uf.samples[0].0;
-    assert_eq!(labels["tags"], "usescope");
-    assert_eq!(labels["version"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(labels["goos"], nf.samples[0].0["goos"]);
-    assert_eq!(labels["goarch"], nf.samples[0].0["goarch"]);
+    let labels = |f: &Family| -> BTreeMap<String, String> {
+        assert_eq!(f.series.len(), 1);
+        f.series.keys().next().unwrap().iter().cloned().collect()
+    };
+    let (theirs, ours) = (labels(nf), labels(uf));
+    assert_eq!(
+        theirs.keys().collect::<Vec<_>>(),
+        ours.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(ours["tags"], "usescope");
+    assert_eq!(ours["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(ours["goos"], theirs["goos"]);
+    assert_eq!(ours["goarch"], theirs["goarch"]);
     // And it can be turned off.
     let d = Daemon::start(&[
         "--collector.disable-defaults",
         "--no-compat.node-exporter-build-info",
-        NO_PROBES[0],
-        NO_PROBES[1],
-        NO_PROBES[2],
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
     ]);
     assert!(!d.scrape().contains("node_exporter_build_info"));
     assert!(d.stop().success());
@@ -452,28 +278,44 @@ fn node_exporter_build_info_has_node_exporters_labels() {
 fn comparison_reports_differences() {
     let a = "# HELP node_x_a A.\n# TYPE node_x_a gauge\nnode_x_a{l=\"1\"} 1\nnode_x_a{l=\"2\"} 2\n\
              # HELP node_x_b B.\n# TYPE node_x_b counter\nnode_x_b 3\n";
-    assert!(compare(a, a, |n| n.starts_with("node_x_"), false).is_empty());
+    let pair = |b: &str| Pair {
+        node_exporter: a.to_string(),
+        usescope: b.to_string(),
+    };
+    let ours = |n: &str| n.starts_with("node_x_");
+    assert!(differences_within(&pair(a), ours, |_| 0.0).is_empty());
     let cases = [
         (
             a.replace("node_x_a{l=\"2\"} 2", "node_x_a{l=\"2\"} 2.5"),
-            "usescope 2.5",
+            "~ node_x_a{l=\"2\"} 2 vs 2.5",
         ),
-        (a.replace("l=\"2\"", "l=\"3\""), "label sets differ"),
+        (a.replace("l=\"2\"", "l=\"3\""), "+ node_x_a{l=\"3\"}"),
+        (a.replace("l=\"2\"", "l=\"3\""), "- node_x_a{l=\"2\"}"),
         (
             a.replace("# TYPE node_x_b counter", "# TYPE node_x_b gauge"),
-            "type",
+            "~ family node_x_b",
         ),
-        (a.replace("B.", "B"), "HELP"),
-        (a.replace("node_x_b", "node_x_c"), "only in"),
+        (a.replace("B.", "B"), "~ family node_x_b"),
+        (a.replace("node_x_b", "node_x_c"), "+ node_x_c{}"),
         (
-            a.replace("\\\"1\\\"", "\"1\"") + "node_x_a{l=\"1\"} 1\n",
-            "duplicate",
+            a.to_string() + "node_x_a{l=\"1\"} 1\n",
+            "1 duplicate series in usescope",
+        ),
+        (a.replace("node_x_b 3\n", ""), "- node_x_b{}"),
+        (
+            a.to_string() + "# HELP node_x_d D.\n# TYPE node_x_d gauge\n",
+            "+ family node_x_d (no series)",
         ),
     ];
     for (b, want) in cases {
-        let d = compare(a, &b, |n| n.starts_with("node_x_"), false);
+        let d = differences_within(&pair(&b), ours, |_| 0.0);
         assert!(d.iter().any(|l| l.contains(want)), "{want}: {d:?}");
     }
+    // A tolerance admits a value that moved, and only that far.
+    let moved = a.replace("node_x_b 3", "node_x_b 3.5");
+    assert!(differences_within(&pair(&moved), ours, |_| 0.5).is_empty());
+    assert!(!differences_within(&pair(&moved), ours, |_| 0.4).is_empty());
     let esc = "# HELP node_x_e E.\n# TYPE node_x_e gauge\nnode_x_e{v=\"a \\\"q\\\" \\\\ \\n\"} 1\n";
-    assert_eq!(parse(esc)["node_x_e"].samples[0].0["v"], "a \"q\" \\ \n");
+    let labels = parse(esc)["node_x_e"].series.keys().next().unwrap().clone();
+    assert_eq!(labels, vec![("v".to_string(), "a \"q\" \\ \n".to_string())]);
 }

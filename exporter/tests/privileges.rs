@@ -212,8 +212,11 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
     let mut cmd = std::process::Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(&bin);
-    let d = Daemon::try_start_with(cmd, &["--probe.biolatency", "--probe.softirq"])
-        .expect("usescope as uid 65534");
+    let d = Daemon::try_start_with(
+        cmd,
+        &["--probe.biolatency", "--probe.softirq", "--probe.reclaim"],
+    )
+    .expect("usescope as uid 65534");
     let pid = d.child.id();
     assert!(
         status_field(pid, "Uid")
@@ -221,7 +224,14 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
             .all(|u| u == "65534")
     );
     let expo = d.scrape();
-    for probe in ["runqlat", "cachestat", "drops", "biolatency", "softirq"] {
+    for probe in [
+        "runqlat",
+        "cachestat",
+        "drops",
+        "biolatency",
+        "softirq",
+        "reclaim",
+    ] {
         assert!(
             expo.contains(&format!("usescope_probe_up{{probe=\"{probe}\"}} 1")),
             "{probe} did not attach from file capabilities:\n{}",
@@ -229,15 +239,22 @@ fn non_root_with_file_capabilities_attaches_then_drops_everything() {
         );
     }
     assert!(
-        expo.contains("usescope_probe_info{mode=\"tp_btf+task_storage\",probe=\"runqlat\"} 1"),
+        expo.contains("usescope_probe_info{mode=\"tp_btf+sched_info\",probe=\"runqlat\"} 1"),
         "task storage needs no more than CAP_BPF and CAP_PERFMON"
     );
     assert_no_capabilities(&d);
     // The maps stay readable through the fds kept from start-up.
     let expo = d.scrape();
+    // drops reads its counters with batch lookups: no capability either.
+    assert!(
+        expo.contains("node_scrape_collector_success{collector=\"probe_drops\"} 1"),
+        "drops' map reads failed without capabilities:\n{}",
+        d.log().join("\n")
+    );
     assert!(expo.contains("usescope_runqueue_latency_seconds_count "));
     assert!(expo.contains("# TYPE usescope_block_io_latency_seconds histogram"));
     assert!(expo.contains("usescope_softirq_entries_total{cpu=\"0\",vector=\"TIMER\"}"));
+    assert!(expo.contains("usescope_direct_reclaim_seconds_count{kind=\"memcg\"} "));
     assert!(d.stop().success());
 }
 

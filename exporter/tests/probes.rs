@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use common::bpf_objects::{self, probe_up};
 use common::{Daemon, can_run_bpf, sample, sum_of};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -26,40 +27,12 @@ fn serial() -> MutexGuard<'static, ()> {
 /// Only the probe collectors and their status: quicker scrapes, less noise.
 const ARGS: &[&str] = &["--collector.disable-defaults", "--collector.loadavg"];
 
-/// Whether `probe` is up. Down is a skip, and a failure in CI (a probe that
-/// silently reports 0 must not pass CI).
-fn probe_up(d: &Daemon, expo: &str, probe: &str) -> bool {
-    let up = sample(expo, &format!("usescope_probe_up{{probe=\"{probe}\"}}"));
-    if up == Some(1.0) {
-        return true;
-    }
-    let log = d.log().join("\n");
-    common::skip::unless_met(
-        false,
-        &format!("probe {probe} up (usescope_probe_up is {up:?}); log: {log}"),
-    )
-}
-
 fn drops(expo: &str, reason: &str) -> f64 {
     sample(
         expo,
         &format!("usescope_skb_drops_total{{reason=\"{reason}\"}}"),
     )
     .unwrap_or(0.0)
-}
-
-/// Sends `n` UDP datagrams to a port on 127.0.0.1 that nothing listens on.
-fn udp_to_closed_port(n: usize) {
-    let closed = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let target = closed.local_addr().unwrap();
-    drop(closed);
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for _ in 0..n {
-        // ECONNREFUSED from an earlier ICMP error is expected; ignore it.
-        let _ = s.send_to(b"usescope", target);
-    }
-    // Let softirq processing finish before the next scrape.
-    std::thread::sleep(Duration::from_millis(100));
 }
 
 #[test]
@@ -73,7 +46,7 @@ fn drops_count_udp_to_closed_port_as_no_socket() {
     if !probe_up(&d, &before, "drops") {
         return;
     }
-    udp_to_closed_port(200);
+    common::udp_to_closed_port(200);
     let after = d.scrape();
     let delta = drops(&after, "NO_SOCKET") - drops(&before, "NO_SOCKET");
     eprintln!("drops: NO_SOCKET rose by {delta} for 200 datagrams");
@@ -279,44 +252,144 @@ fn assert_histogram_sane(expo: &str) {
     }
 }
 
+/// Both designs this kernel takes, the default (the scheduler's
+/// run_delay) and the wakeup-timed one on task storage: every blocking
+/// round trip of a ping-pong is a measured wait.
 #[test]
 fn runqlat_counts_every_wakeup_of_a_ping_pong() {
     if !can_run_bpf() {
         return;
     }
     let _g = serial();
-    let d = Daemon::start(ARGS);
-    let before = d.scrape();
-    if !probe_up(&d, &before, "runqlat") {
+    for (source, mode) in [
+        ("auto", "tp_btf+sched_info"),
+        ("task-storage", "tp_btf+task_storage"),
+    ] {
+        let flag = format!("--probe.runqlat.source={source}");
+        let mut args = ARGS.to_vec();
+        args.push(&flag);
+        let d = Daemon::start(&args);
+        let before = d.scrape();
+        if !probe_up(&d, &before, "runqlat") {
+            return;
+        }
+        assert_eq!(
+            runqlat_mode(&before),
+            mode,
+            "this kernel has sched_info, task storage and tp_btf"
+        );
+        let wakeups = ping_pong(5000);
+        let after = d.scrape();
+        assert_histogram_sane(&before);
+        assert_histogram_sane(&after);
+        let (_, sum0, count0) = histogram(&before);
+        let (_, sum1, count1) = histogram(&after);
+        assert!(
+            wakeups >= 1000,
+            "the ping-pong blocked only {wakeups} times"
+        );
+        assert!(
+            count1 - count0 >= wakeups as f64,
+            "{mode}: _count rose by {} for {wakeups} wakeups",
+            count1 - count0
+        );
+        let mean = (sum1 - sum0) / (count1 - count0);
+        eprintln!(
+            "runqlat {mode}: {wakeups} wakeups, _count +{}, mean latency {mean} s",
+            count1 - count0
+        );
+        assert!(mean > 0.0 && mean < 1.0, "mean run-queue latency {mean} s");
+        assert!(d.stop().success());
+    }
+}
+
+/// The default design against the scheduler's per-thread accounting that
+/// /proc/PID/task/TID/schedstat shows (run_delay, the time spent waiting
+/// on a run queue, and the arrivals on a CPU). Four busy loops share the
+/// two CPUs; the probe measures only the first (`--probe.runqlat.pid`),
+/// and over a window of 3 s its `_sum` must equal that process's
+/// run_delay growth and its `_count` the arrivals. The probe reports a
+/// wait when the task next stops running, schedstat when it starts, so
+/// each edge of the window may hold one wait that only one of them has
+/// seen: 2% or 20 ms on the sum, 2 on the count.
+#[test]
+fn runqlat_agrees_with_schedstat_run_delay() {
+    if !can_run_bpf() {
         return;
     }
-    assert_eq!(
-        runqlat_mode(&before),
-        "tp_btf+task_storage",
-        "this kernel has task storage and tp_btf"
-    );
-    let wakeups = ping_pong(5000);
-    let after = d.scrape();
-    assert_histogram_sane(&before);
-    assert_histogram_sane(&after);
-    let (_, sum0, count0) = histogram(&before);
-    let (_, sum1, count1) = histogram(&after);
-    assert!(
-        wakeups >= 1000,
-        "the ping-pong blocked only {wakeups} times"
-    );
-    assert!(
-        count1 - count0 >= wakeups as f64,
-        "_count rose by {} for {wakeups} wakeups",
-        count1 - count0
-    );
-    let mean = (sum1 - sum0) / (count1 - count0);
+    let _g = serial();
+    let mut busy: Vec<std::process::Child> = (0..4)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let pid = busy[0].id();
+    let filter = format!("--probe.runqlat.pid={pid}");
+    let mut args = ARGS.to_vec();
+    args.push(&filter);
+    let d = Daemon::start(&args);
+    let first = d.scrape();
+    let up = probe_up(&d, &first, "runqlat");
+    let mut measured = None;
+    if up {
+        assert_eq!(runqlat_mode(&first), "tp_btf+sched_info");
+        std::thread::sleep(Duration::from_millis(300));
+        let scrape0 = d.scrape();
+        let threads0 = schedstat_of(pid);
+        std::thread::sleep(Duration::from_secs(3));
+        let threads1 = schedstat_of(pid);
+        let scrape1 = d.scrape();
+        measured = Some((scrape0, scrape1, threads0, threads1));
+    }
+    for b in &mut busy {
+        b.kill().unwrap();
+        b.wait().unwrap();
+    }
+    let Some((scrape0, scrape1, (delay0, arrivals0), (delay1, arrivals1))) = measured else {
+        return;
+    };
+    let delay = (delay1 - delay0) as f64 / 1e9;
+    let arrivals = (arrivals1 - arrivals0) as f64;
+    let (_, sum0, count0) = histogram(&scrape0);
+    let (_, sum1, count1) = histogram(&scrape1);
+    let (sum, count) = (sum1 - sum0, count1 - count0);
     eprintln!(
-        "runqlat: {wakeups} wakeups, _count +{}, mean latency {mean} s",
-        count1 - count0
+        "runqlat pid {pid}: _sum +{sum:.4} s, _count +{count}; schedstat: run_delay +{delay:.4} s, arrivals +{arrivals}"
     );
-    assert!(mean > 0.0 && mean < 1.0, "mean run-queue latency {mean} s");
+    assert!(
+        delay > 0.3,
+        "a busy loop sharing two CPUs with three waited only {delay} s"
+    );
+    assert!(
+        (sum - delay).abs() <= (0.02 * delay).max(0.02),
+        "_sum +{sum} s against run_delay +{delay} s"
+    );
+    assert!(
+        (count - arrivals).abs() <= 2.0,
+        "_count +{count} against +{arrivals} arrivals"
+    );
     assert!(d.stop().success());
+}
+
+/// (run_delay ns, arrivals) summed over the threads of process `pid`.
+fn schedstat_of(pid: u32) -> (u64, u64) {
+    let mut total = (0, 0);
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(t.path().join("schedstat")).unwrap();
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        total.0 += f[1];
+        total.1 += f[2];
+    }
+    total
 }
 
 #[test]
@@ -327,7 +400,7 @@ fn runqlat_tiny_start_map_skips_instead_of_corrupting() {
     let _g = serial();
     let mut args = ARGS.to_vec();
     args.extend([
-        "--probe.runqlat.start-map=lru-hash",
+        "--probe.runqlat.source=lru-hash",
         "--probe.runqlat.max-tasks=2",
     ]);
     let d = Daemon::start(&args);
@@ -379,14 +452,13 @@ fn fork_and_reap(n: usize) {
     }
 }
 
-/// Task-local storage dies with its task, so 10 000 short-lived processes
-/// leave nothing behind and cost no samples: every child's first run is
-/// measured (`_count` rises by at least the number of children), and
-/// `missed_total` stays at the background rate this VM shows with no churn
-/// (0.02–0.2% of switch-ins here, in either start-map mode), far from one
-/// per process. (The LRU fallback, at its default 10240 entries, measured
-/// no worse on this workload: LRU eviction takes exited pids first. It
-/// loses samples when runnable tasks outnumber its entries; see
+/// 10 000 short-lived processes cost no samples: each child's wait is the
+/// growth of its own run_delay, and a child's first (here only) run is
+/// measured whole because it has run once in its life, so `_count` rises
+/// by at least the number of children and `missed_total` (only tasks
+/// older than the probe, on their first run after attach) stays near 0.
+/// (The wakeup-timed designs measured 0.02–0.2% missed here; the LRU
+/// fallback loses samples when runnable tasks outnumber its entries, see
 /// `runqlat_tiny_start_map_skips_instead_of_corrupting`.)
 #[test]
 fn runqlat_misses_nothing_under_process_churn() {
@@ -399,7 +471,7 @@ fn runqlat_misses_nothing_under_process_churn() {
     if !probe_up(&d, &before, "runqlat") {
         return;
     }
-    assert_eq!(runqlat_mode(&before), "tp_btf+task_storage");
+    assert_eq!(runqlat_mode(&before), "tp_btf+sched_info");
     const CHILDREN: usize = 10_000;
     let started = std::time::Instant::now();
     fork_and_reap(CHILDREN);
@@ -436,39 +508,6 @@ fn loaded_programs() -> Vec<(u32, String)> {
         .collect()
 }
 
-/// BPF object ids (`prog_id`, `map_id` or `link_id`) held by a process,
-/// from its fds' fdinfo.
-fn fdinfo_ids(pid: u32, field: &str) -> Vec<u32> {
-    let mut ids = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
-        let Ok(text) = std::fs::read_to_string(e.unwrap().path()) else {
-            continue;
-        };
-        ids.extend(
-            text.lines()
-                .filter_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-                .filter_map(|v| v.trim().parse::<u32>().ok()),
-        );
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
-/// Ids of every BPF program, map and link loaded on the host.
-fn loaded_ids() -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-    let progs = loaded_programs().into_iter().map(|(id, _)| id).collect();
-    let maps = aya::maps::loaded_maps()
-        .filter_map(Result::ok)
-        .map(|m| m.id())
-        .collect();
-    let links = aya::programs::loaded_links()
-        .filter_map(Result::ok)
-        .map(|l| l.id())
-        .collect();
-    (progs, maps, links)
-}
-
 #[test]
 fn sigterm_detaches_every_program() {
     if !can_run_bpf() {
@@ -484,11 +523,11 @@ fn sigterm_detaches_every_program() {
             return;
         }
     }
-    let ours = fdinfo_ids(d.child.id(), "prog_id");
+    let (ours, maps, links) = bpf_objects::objects_of(d.child.id());
     assert_eq!(
         ours.len(),
-        12,
-        "3 runqlat + 3 cachestat + 1 drops + 2 biolatency + 3 softirq programs: {ours:?}"
+        10,
+        "1 runqlat + 3 cachestat + 1 drops + 2 biolatency + 3 softirq programs: {ours:?}"
     );
     let names: Vec<(u32, String)> = loaded_programs()
         .into_iter()
@@ -496,43 +535,14 @@ fn sigterm_detaches_every_program() {
         .collect();
     assert_eq!(names.len(), ours.len());
     assert!(names.iter().all(|(_, n)| n.starts_with("us_")), "{names:?}");
-    // Every map the programs use (start maps too, which only the programs
-    // hold), and every link the daemon holds.
-    let mut maps: Vec<u32> = aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| ours.contains(&p.id()))
-        .flat_map(|p| p.map_ids().ok().flatten().unwrap_or_default())
-        .collect();
-    maps.sort_unstable();
-    maps.dedup();
     assert!(
         maps.len() >= 8,
         "hist/start maps of runqlat and biolatency, cachestat's, drops', softirq's: {maps:?}"
     );
-    let links = fdinfo_ids(d.child.id(), "link_id");
-    assert_eq!(links.len(), 12, "one link per program: {links:?}");
+    assert_eq!(links.len(), 10, "one link per program: {links:?}");
     let status = d.stop();
     assert!(status.success(), "exit status {status:?}");
-    // The kernel frees programs asynchronously (RCU, then a workqueue)
-    // after their last fd closes, so give it a moment.
-    let mut left = (vec![], vec![], vec![]);
-    for _ in 0..100 {
-        let (p, m, l) = loaded_ids();
-        left = (
-            p.into_iter().filter(|id| ours.contains(id)).collect(),
-            m.into_iter().filter(|id| maps.contains(id)).collect(),
-            l.into_iter().filter(|id| links.contains(id)).collect(),
-        );
-        if left.0.is_empty() && left.1.is_empty() && left.2.is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        left,
-        (vec![], vec![], vec![]),
-        "(programs, maps, links) that survived shutdown"
-    );
+    bpf_objects::assert_released(&ours, &maps, &links);
 }
 
 #[test]
@@ -550,7 +560,7 @@ fn second_instance_does_not_disturb_the_first() {
         return;
     }
     // The second instance's options: protocol label and per-CPU histograms.
-    udp_to_closed_port(50);
+    common::udp_to_closed_port(50);
     let e2 = second.scrape();
     let v4 = sample(
         &e2,
@@ -561,7 +571,7 @@ fn second_instance_does_not_disturb_the_first() {
     assert!(second.stop().success());
 
     let before = drops(&first.scrape(), "NO_SOCKET");
-    udp_to_closed_port(200);
+    common::udp_to_closed_port(200);
     let after = drops(&first.scrape(), "NO_SOCKET");
     assert!(
         after - before >= 200.0,
@@ -779,7 +789,7 @@ fn bpf_statistics_are_opt_in() {
             .sum()
     };
     let before = runs(&d.scrape());
-    udp_to_closed_port(100);
+    common::udp_to_closed_port(100);
     let after = runs(&d.scrape());
     assert!(after - before >= 100.0, "{before} -> {after}");
     assert!(d.stop().success());
@@ -981,9 +991,18 @@ fn proc_softirqs() -> Vec<(String, Vec<f64>)> {
 }
 
 /// softirq against /proc/softirqs: per vector and CPU, the handler runs
-/// the probe counts over a window equal what the kernel's own counters
-/// count over a window that encloses it (within 1%; the outer window is a
-/// scrape longer). Loopback UDP traffic makes NET_RX busy.
+/// the probe counts between two scrapes lie between what the kernel's own
+/// counters count over a window inside the scrapes and over one around
+/// them (/proc/softirqs read before the first scrape, after it, before the
+/// second and after it), so what other work on the machine raises
+/// meanwhile needs no tolerance. The upper side is exact (one event of
+/// slack for a read between the kernel's count and the probe's hook).
+/// The lower side allows 2% (at least 3): while other sessions on this
+/// machine attached and detached their own programs, the probe counted 2
+/// to 11 fewer TIMER, SCHED, RCU or BLOCK entries than the inner window
+/// (the kernel reports no recursion misses for the programs; the
+/// block_rq_complete tracepoint shows the same shortfall to bpftrace,
+/// docs/probes.md). Loopback UDP traffic makes NET_RX busy.
 #[test]
 fn softirq_entries_match_proc_softirqs() {
     if !can_run_bpf() {
@@ -997,50 +1016,60 @@ fn softirq_entries_match_proc_softirqs() {
     if !probe_up(&d, &first, "softirq") {
         return;
     }
-    let proc0 = proc_softirqs();
+    let outer0 = proc_softirqs();
     let before = d.scrape();
+    let inner0 = proc_softirqs();
     let started = std::time::Instant::now();
-    udp_to_closed_port(20_000);
+    common::udp_to_closed_port(20_000);
     std::thread::sleep(Duration::from_millis(1500));
+    let inner1 = proc_softirqs();
     let after = d.scrape();
     let elapsed = started.elapsed().as_secs_f64();
-    let proc1 = proc_softirqs();
+    let outer1 = proc_softirqs();
     let mut compared = 0;
-    let (mut total_ours, mut total_kernel) = (0.0, 0.0);
+    let (mut total_ours, mut total_inner, mut total_outer) = (0.0, 0.0, 0.0);
     let mut seconds = 0.0;
-    for ((name, c0), (_, c1)) in proc0.iter().zip(&proc1) {
-        for cpu in 0..c0.len() {
+    for (v, (name, o0)) in outer0.iter().enumerate() {
+        for (cpu, start) in o0.iter().enumerate() {
             let series = format!("{{cpu=\"{cpu}\",vector=\"{name}\"}}");
             let entries = |e: &str| {
                 sample(e, &format!("usescope_softirq_entries_total{series}")).unwrap_or(0.0)
             };
             let ours = entries(&after) - entries(&before);
-            let kernel = c1[cpu] - c0[cpu];
+            let inner = inner1[v].1[cpu] - inner0[v].1[cpu];
+            let outer = outer1[v].1[cpu] - start;
             seconds += sample(&after, &format!("usescope_softirq_seconds_total{series}"))
                 .unwrap_or(0.0)
                 - sample(&before, &format!("usescope_softirq_seconds_total{series}"))
                     .unwrap_or(0.0);
             total_ours += ours;
-            total_kernel += kernel;
-            if kernel < 20.0 {
-                continue;
-            }
-            eprintln!("softirq {name} cpu {cpu}: probe +{ours}, /proc/softirqs +{kernel}");
-            // The outer window is a scrape longer: a timer tick or an RCU
-            // callback may fall into it, hence the floor of 3.
-            assert!(
-                ours <= kernel && kernel - ours <= (kernel * 0.01).max(3.0),
-                "{name} cpu {cpu}: probe +{ours}, /proc/softirqs +{kernel}"
+            total_inner += inner;
+            total_outer += outer;
+            eprintln!(
+                "softirq {name} cpu {cpu}: /proc/softirqs inside +{inner}, probe +{ours}, around +{outer}"
             );
-            compared += 1;
+            assert!(
+                inner - (inner * 0.02).max(3.0) <= ours && ours <= outer + 1.0,
+                "{name} cpu {cpu}: probe +{ours} outside /proc/softirqs' +{inner}..+{outer}"
+            );
+            if inner >= 20.0 {
+                compared += 1;
+            }
         }
     }
+    let slack = (outer0.len() * outer0[0].1.len()) as f64;
     assert!(
-        total_ours <= total_kernel && total_ours >= total_kernel * 0.99,
-        "all vectors: probe +{total_ours}, /proc/softirqs +{total_kernel}"
+        total_inner * 0.98 - slack <= total_ours && total_ours <= total_outer + slack,
+        "all vectors: probe +{total_ours} outside /proc/softirqs' +{total_inner}..+{total_outer}"
+    );
+    // The bracket is tight: what the scrapes' own time adds is small
+    // next to the 20 000 datagrams.
+    assert!(
+        total_outer - total_inner < total_inner * 0.05,
+        "windows too far apart to mean anything: +{total_inner}..+{total_outer}"
     );
     assert!(compared >= 2, "too few busy vectors to compare");
-    let cpus = proc0[0].1.len() as f64;
+    let cpus = outer0[0].1.len() as f64;
     assert!(
         seconds > 0.0 && seconds < elapsed * cpus,
         "softirq time {seconds} s over {elapsed} s on {cpus} CPUs"

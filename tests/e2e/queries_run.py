@@ -17,6 +17,7 @@ only errors count.
 """
 
 import json
+import os
 import re
 import socket
 import sys
@@ -42,6 +43,10 @@ ALLOWED_EMPTY = [
      'usescope_probe_up{probe="runqlat"} == 1'),
     (r"usescope_page_cache", "cachestat probe not attached", 'usescope_probe_up{probe="cachestat"} == 1'),
     (r"usescope_skb_drops", "drops probe not attached", 'usescope_probe_up{probe="drops"} == 1'),
+    (r"usescope_block_io_latency", "biolatency probe not attached", 'usescope_probe_up{probe="biolatency"} == 1'),
+    (r"usescope_softirq_", "softirq probe not attached", 'usescope_probe_up{probe="softirq"} == 1'),
+    (r"usescope_direct_reclaim|usescope_compaction_stall", "reclaim probe not attached",
+     'usescope_probe_up{probe="reclaim"} == 1'),
     (r"usescope_bpf_program", "BPF run-time stats are opt-in (--probe.bpf-stats, needs CAP_SYS_ADMIN)",
      "usescope_bpf_program_runs_total"),
     (r"nf_conntrack", "no nf_conntrack module loaded", "node_nf_conntrack_entries_limit"),
@@ -96,11 +101,22 @@ def allowance(name, expr, prom):
     return None
 
 
+# Written and fsynced during the warm-up so that biolatency sees block I/O:
+# the build directory is on a disk, where /tmp may be tmpfs.
+SYNCED_FILE = h.REPO / "target" / "e2e-queries-run.fsync"
+
+
 def make_activity():
     """Things the probes should see during the warm-up: file reads through
-    the page cache and a UDP datagram to a closed loopback port, which the
-    kernel drops with reason NO_SOCKET."""
+    the page cache, a UDP datagram to a closed loopback port, which the
+    kernel drops with reason NO_SOCKET (and which is a NET_RX softirq), and
+    a write forced to disk (block I/O for biolatency)."""
     data = Path(h.require("prometheus", "prometheus")).read_bytes()
+    SYNCED_FILE.parent.mkdir(exist_ok=True)
+    with open(SYNCED_FILE, "wb") as f:
+        f.write(data[: 1 << 16])
+        f.flush()
+        os.fsync(f.fileno())
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         port = h.free_port()
         for _ in range(20):
@@ -112,7 +128,9 @@ def main():
     r = h.Results("queries_run")
     logdir = h.tmpdir("queries-run")
     try:
-        usescope = h.start_usescope(["--collector.interrupts"], logdir)
+        # The opt-in probes too, so that their panels and rules are proven.
+        usescope = h.start_usescope(
+            ["--collector.interrupts", "--probe.biolatency", "--probe.softirq", "--probe.reclaim"], logdir)
         prom = h.start_prometheus(usescope.port, h.RULE_FILES, logdir)
         job, instance = "usescope", f"127.0.0.1:{usescope.port}"
         deadline = time.monotonic() + WARMUP_S
@@ -149,6 +167,8 @@ def main():
         r.check(f"Prometheus loaded every rule of the rule files ({in_files})", count == in_files, count)
     except Exception as e:
         r.check("test ran without error", False, repr(e))
+    finally:
+        SYNCED_FILE.unlink(missing_ok=True)
     return r.finish()
 
 

@@ -47,6 +47,15 @@ pub struct SoftirqCounts {
     pub raised_at: [u64; SOFTIRQ_VECS],
 }
 
+/// Stall kinds (RECLAIM_KIND_* in the header), in index order.
+pub const RECLAIM_KINDS: usize = 3;
+
+#[repr(C)]
+pub struct ReclaimHists {
+    pub slots: [[u64; LOG2_HIST_BUCKETS + 1]; RECLAIM_KINDS],
+    pub sum_ns: [u64; RECLAIM_KINDS],
+}
+
 #[repr(C)]
 pub struct CachestatCounts {
     pub accesses: u64,
@@ -64,10 +73,12 @@ pub const DROPS_PROTOS: usize = 4;
 /// `protocol` label values by protocol index (DROPS_PROTO_* in the header).
 pub const DROPS_PROTO_NAMES: [&str; DROPS_PROTOS] = ["other", "ipv4", "ipv6", "arp"];
 
-#[repr(C)]
-pub struct DropsCounts {
-    pub count: [[u64; DROPS_SLOTS]; DROPS_PROTOS],
-}
+/// Counters of the drops map: one per (protocol, slot), counter
+/// `proto * DROPS_SLOTS + slot` at key `DROPS_USED_WORDS + counter`.
+pub const DROPS_KEYS: usize = DROPS_PROTOS * DROPS_SLOTS;
+/// Keys `0..DROPS_USED_WORDS` of the drops map: per CPU, the bitmap of the
+/// counters that CPU has touched.
+pub const DROPS_USED_WORDS: usize = DROPS_KEYS.div_ceil(64);
 
 /// Word index of a field, for reading a value as `&[u64]`.
 pub const fn word(byte_offset: usize) -> usize {
@@ -80,6 +91,8 @@ pub const SOFTIRQ_ENTRIES_WORD: usize = word(offset_of!(SoftirqCounts, entries))
 pub const SOFTIRQ_TIME_WORD: usize = word(offset_of!(SoftirqCounts, time_ns));
 pub const SOFTIRQ_LATENCY_SLOTS_WORD: usize = word(offset_of!(SoftirqCounts, latency_slots));
 pub const SOFTIRQ_LATENCY_SUM_WORD: usize = word(offset_of!(SoftirqCounts, latency_sum_ns));
+pub const RECLAIM_SLOTS_WORD: usize = word(offset_of!(ReclaimHists, slots));
+pub const RECLAIM_SUM_WORD: usize = word(offset_of!(ReclaimHists, sum_ns));
 pub const BIOLAT_SUM_WORD: usize = word(offset_of!(BiolatHist, sum_ns));
 pub const CACHESTAT_ACCESSES_WORD: usize = word(offset_of!(CachestatCounts, accesses));
 pub const CACHESTAT_MISSES_WORD: usize = word(offset_of!(CachestatCounts, misses));
@@ -142,6 +155,10 @@ mod tests {
         }
         assert_eq!(define("BIOLAT_OPS"), BIOLAT_OP_NAMES.len());
         assert_eq!(define("SOFTIRQ_VECS"), SOFTIRQ_VECS);
+        assert_eq!(define("RECLAIM_KINDS"), RECLAIM_KINDS);
+        for (i, kind) in ["GLOBAL", "MEMCG", "COMPACTION"].iter().enumerate() {
+            assert_eq!(define(&format!("RECLAIM_KIND_{kind}")), i);
+        }
         assert_eq!(define("DROPS_CORE_SLOTS"), DROPS_CORE_SLOTS);
         assert_eq!(define("DROPS_SUBSYS_SHIFT"), DROPS_SUBSYS_SHIFT as usize);
         assert_eq!(define("DROPS_SUBSYS_MAX"), DROPS_SUBSYS_MAX);
@@ -149,6 +166,8 @@ mod tests {
         assert_eq!(define("DROPS_OVERFLOW_SLOT"), DROPS_OVERFLOW_SLOT);
         assert_eq!(define("DROPS_SLOTS"), DROPS_SLOTS);
         assert_eq!(define("DROPS_PROTOS"), DROPS_PROTOS);
+        assert_eq!(define("DROPS_KEYS"), DROPS_KEYS);
+        assert_eq!(define("DROPS_USED_WORDS"), DROPS_USED_WORDS);
         for (i, name) in ["OTHER", "IPV4", "IPV6", "ARP"].iter().enumerate() {
             assert_eq!(define(&format!("DROPS_PROTO_{name}")), i);
             assert_eq!(DROPS_PROTO_NAMES[i], name.to_ascii_lowercase());
@@ -191,8 +210,22 @@ mod tests {
             ]
         );
         assert_eq!(BIOLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
+        assert_eq!(
+            size_of::<ReclaimHists>(),
+            RECLAIM_KINDS * (LOG2_HIST_BUCKETS + 2) * 8
+        );
+        assert_eq!(
+            (RECLAIM_SLOTS_WORD, RECLAIM_SUM_WORD),
+            (0, RECLAIM_KINDS * (LOG2_HIST_BUCKETS + 1))
+        );
+        assert_eq!(
+            fields_of("reclaim_hists", "__u64"),
+            [
+                "slots[RECLAIM_KINDS][LOG2_HIST_BUCKETS + 1];",
+                "sum_ns[RECLAIM_KINDS];"
+            ]
+        );
         assert_eq!(size_of::<CachestatCounts>(), 3 * 8);
-        assert_eq!(size_of::<DropsCounts>(), DROPS_PROTOS * DROPS_SLOTS * 8);
         assert_eq!(RUNQLAT_SUM_WORD, LOG2_HIST_BUCKETS + 1);
         assert_eq!(RUNQLAT_MISSED_WORD, LOG2_HIST_BUCKETS + 2);
         assert_eq!(
@@ -203,8 +236,6 @@ mod tests {
             ),
             (0, 1, 2)
         );
-        // Per-CPU map values are limited to 32 KiB by the kernel.
-        assert!(size_of::<DropsCounts>() <= 32 * 1024);
         // The field order in the header is the order mirrored here.
         assert_eq!(
             fields_of("runqlat_hist", "__u64"),

@@ -18,12 +18,16 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use super::{Loaded, sys};
 
 /// runqlat with task-local storage, and with the LRU hash (see runqlat.bpf.c).
+pub static RUNQLAT_DELAY_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat_delay.bpf.o"));
 pub static RUNQLAT_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat.bpf.o"));
 pub static RUNQLAT_LRU_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat_lru.bpf.o"));
 pub static SOFTIRQ_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
+pub static RECLAIM_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/reclaim.bpf.o"));
 pub static BIOLATENCY_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/biolatency.bpf.o"));
 pub static CACHESTAT_OBJ: &[u8] =

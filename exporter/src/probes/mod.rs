@@ -1,5 +1,5 @@
 //! eBPF probes (run-queue latency, page cache, packet drops, block I/O
-//! latency, softirqs), loaded with aya. Each probe becomes a
+//! latency, softirqs, reclaim stalls), loaded with aya. Each probe becomes a
 //! [`crate::collector::Collector`] that reads its per-CPU map at scrape
 //! time.
 //!
@@ -18,9 +18,10 @@
 //! - [`fd_passing`]: one message of bytes plus fds (SCM_RIGHTS);
 //! - [`loader`]: the embedded objects and run-time hook selection;
 //! - one module per probe ([`runqlat`], [`cachestat`], [`drops`],
-//!   [`biolatency`], [`softirq`]): its modes (program, tracepoint), its loading and its
+//!   [`biolatency`], [`softirq`], [`reclaim`]): its modes (program, tracepoint), its loading and its
 //!   collector;
-//! - [`log2_hist`]: the latency buckets runqlat and biolatency share;
+//! - [`log2_hist`]: the latency buckets runqlat, biolatency, softirq and
+//!   reclaim share;
 //! - [`status`]: `usescope_probe_up`/`_info` and per-program BPF statistics;
 //! - [`btf`]: reads enums from kernel BTF, to name drop reasons;
 //! - [`sys`]: the few `bpf(2)` calls made without aya.
@@ -38,6 +39,7 @@ pub mod loader;
 pub mod loader_process;
 pub mod log2_hist;
 pub mod percpu;
+pub mod reclaim;
 pub mod runqlat;
 pub mod softirq;
 pub mod status;
@@ -128,9 +130,32 @@ pub const ALL: &[ProbeSpec] = &[
         load: softirq::load,
         build: softirq::collector,
     },
+    ProbeSpec {
+        name: "reclaim",
+        help: "Direct-reclaim (global, memcg) and compaction stall latency histograms (vmscan and compaction tracepoints); off by default, though it only runs when a task stalls",
+        default_enabled: false,
+        collector: reclaim::COLLECTOR,
+        modes: reclaim::MODES,
+        map: reclaim::MAP,
+        load: reclaim::load,
+        build: reclaim::collector,
+    },
 ];
 
 pub const DEFAULT_RUNQLAT_MAX_TASKS: u32 = 10240;
+
+/// `--probe.runqlat.source`: where runqlat's latencies come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunqlatSource {
+    /// The scheduler's run_delay where the kernel keeps it, else wakeups
+    /// with task storage, else wakeups with the LRU hash.
+    Auto,
+    /// Timed from wakeups, start times in task-local storage (else the
+    /// LRU hash).
+    TaskStorage,
+    /// Timed from wakeups, start times in the LRU hash.
+    LruHash,
+}
 
 #[derive(Debug, Clone)]
 pub struct ProbeSettings {
@@ -139,9 +164,11 @@ pub struct ProbeSettings {
     pub runqlat_per_cpu: bool,
     /// `--probe.runqlat.max-tasks`: entries of the LRU start-time map.
     pub runqlat_max_tasks: u32,
-    /// `--probe.runqlat.start-map=lru-hash`: use the LRU hash even where
-    /// task-local storage works (to compare them).
-    pub runqlat_lru_start_map: bool,
+    /// `--probe.runqlat.source`: which design runqlat loads (the others
+    /// are fallbacks; forcing one compares them).
+    pub runqlat_source: RunqlatSource,
+    /// `--probe.runqlat.pid`: only this process's tasks (0: all).
+    pub runqlat_pid: u32,
     /// `--probe.drops.protocol-label`: a `protocol` label on drops.
     pub drops_protocol_label: bool,
     /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
@@ -155,7 +182,8 @@ impl Default for ProbeSettings {
             enabled: Vec::new(),
             runqlat_per_cpu: false,
             runqlat_max_tasks: DEFAULT_RUNQLAT_MAX_TASKS,
-            runqlat_lru_start_map: false,
+            runqlat_source: RunqlatSource::Auto,
+            runqlat_pid: 0,
             drops_protocol_label: false,
             bpf_stats: false,
         }
@@ -175,14 +203,21 @@ pub fn add_args(cmd: Command) -> Command {
             .long("probe.runqlat.max-tasks")
             .default_value("10240")
             .value_parser(value_parser!(u32).range(1..))
-            .help("Size of the runqlat start-time map when it is the LRU hash (kernels without task storage, or --probe.runqlat.start-map=lru-hash): runnable tasks tracked at once"),
+            .help("Size of the runqlat start-time map when it is the LRU hash (kernels without sched_info and task storage, or --probe.runqlat.source=lru-hash): runnable tasks tracked at once"),
     )
     .arg(
-        Arg::new("probe.runqlat.start-map")
-            .long("probe.runqlat.start-map")
+        Arg::new("probe.runqlat.source")
+            .long("probe.runqlat.source")
             .default_value("auto")
-            .value_parser(["auto", "lru-hash"])
-            .help("Where runqlat keeps each task's runnable-since time: auto (task-local storage, or the LRU hash where the kernel refuses it) or lru-hash"),
+            .value_parser(["auto", "task-storage", "lru-hash"])
+            .help("Where runqlat's latencies come from: auto (the scheduler's own run_delay where the kernel keeps it, else timed from wakeups with task-local storage, else with an LRU hash), task-storage or lru-hash (timed from wakeups, to compare)"),
+    )
+    .arg(
+        Arg::new("probe.runqlat.pid")
+            .long("probe.runqlat.pid")
+            .default_value("0")
+            .value_parser(value_parser!(u32))
+            .help("Measure only the threads of this process (its PID; 0, the default: every task), as bcc's runqlat -p"),
     )
     .arg(
         Arg::new("probe.drops.protocol-label")
@@ -220,9 +255,15 @@ pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSetting
             .get_one::<u32>("probe.runqlat.max-tasks")
             .copied()
             .unwrap_or(DEFAULT_RUNQLAT_MAX_TASKS),
-        runqlat_lru_start_map: m
-            .get_one::<String>("probe.runqlat.start-map")
-            .is_some_and(|v| v == "lru-hash"),
+        runqlat_source: match m
+            .get_one::<String>("probe.runqlat.source")
+            .map(String::as_str)
+        {
+            Some("task-storage") => RunqlatSource::TaskStorage,
+            Some("lru-hash") => RunqlatSource::LruHash,
+            _ => RunqlatSource::Auto,
+        },
+        runqlat_pid: m.get_one::<u32>("probe.runqlat.pid").copied().unwrap_or(0),
         drops_protocol_label: m.get_flag("probe.drops.protocol-label"),
         bpf_stats: m.get_flag("probe.bpf-stats"),
     }
@@ -239,7 +280,7 @@ pub struct Kernel {
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 impl Kernel {
-    fn open() -> Result<Kernel, ProbeError> {
+    pub fn open() -> Result<Kernel, ProbeError> {
         let no_btf = |e: &dyn std::fmt::Display| {
             ProbeError(format!(
                 "kernel BTF unavailable at {VMLINUX_BTF}: {e} (needs CONFIG_DEBUG_INFO_BTF=y)"
@@ -341,6 +382,8 @@ fn enable_stats() -> Option<OwnedFd> {
 
 #[cfg(test)]
 mod tests {
+    use super::RunqlatSource;
+
     #[test]
     fn flags() {
         let c = crate::cli::parse(["usescope"]).unwrap();
@@ -348,7 +391,7 @@ mod tests {
         assert_eq!(c.probes.runqlat_max_tasks, 10240);
         assert!(!c.probes.drops_protocol_label);
         assert!(!c.probes.bpf_stats, "opt-in");
-        assert!(!c.probes.runqlat_lru_start_map);
+        assert_eq!(c.probes.runqlat_source, RunqlatSource::Auto);
         assert_eq!(c.probes.enabled, ["runqlat", "cachestat", "drops"]);
         let c = crate::cli::parse([
             "usescope",
@@ -368,15 +411,25 @@ mod tests {
             "usescope",
             "--probe.biolatency",
             "--probe.softirq",
-            "--probe.runqlat.start-map=lru-hash",
+            "--probe.reclaim",
+            "--probe.runqlat.source=lru-hash",
         ])
         .unwrap();
         assert_eq!(
             c.probes.enabled,
-            ["runqlat", "cachestat", "drops", "biolatency", "softirq"]
+            [
+                "runqlat",
+                "cachestat",
+                "drops",
+                "biolatency",
+                "softirq",
+                "reclaim"
+            ]
         );
-        assert!(c.probes.runqlat_lru_start_map);
-        assert!(crate::cli::parse(["usescope", "--probe.runqlat.start-map=hash"]).is_err());
+        assert_eq!(c.probes.runqlat_source, RunqlatSource::LruHash);
+        let c = crate::cli::parse(["usescope", "--probe.runqlat.source=task-storage"]).unwrap();
+        assert_eq!(c.probes.runqlat_source, RunqlatSource::TaskStorage);
+        assert!(crate::cli::parse(["usescope", "--probe.runqlat.source=hash"]).is_err());
         let c =
             crate::cli::parse(["usescope", "--probe.bpf-stats", "--no-probe.bpf-stats"]).unwrap();
         assert!(!c.probes.bpf_stats, "the last one wins");

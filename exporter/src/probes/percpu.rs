@@ -2,7 +2,9 @@
 //!
 //! [`PerCpuStruct`]: most probes keep all their counters in one
 //! struct-valued entry of a per-CPU array, so one `BPF_MAP_LOOKUP_ELEM`
-//! returns every counter of every CPU. [`PerCpuHash`]: biolatency keys its
+//! returns every counter of every CPU. [`PerCpuCounters`]: drops keeps one
+//! u64 per key of a per-CPU array and reads only the keys it needs,
+//! a range of keys per batch lookup. [`PerCpuHash`]: biolatency keys its
 //! histograms by (device, op), which only the kernel side discovers, so it
 //! uses a per-CPU hash with 8-byte keys. aya's per-CPU lookups would
 //! allocate a fresh boxed slice per read; these readers issue the same
@@ -29,13 +31,32 @@ impl PerCpuStruct {
         let map = open_checked(name, fd, value_size, "a per-CPU array", |info| {
             matches!(info.map_type(), Ok(MapType::PerCpuArray)) && info.max_entries() >= 1
         })?;
-        let cpus = possible_cpus()?;
+        Ok(PerCpuStruct::shaped(map, value_size, possible_cpus()?))
+    }
+
+    /// For bench/drops-scrape: a plain one-entry array whose value is
+    /// `cpus * value_size` bytes, read as a per-CPU array on a `cpus`-CPU
+    /// machine is: the kernel copies as many bytes, `cpus()` yields as many
+    /// values.
+    pub fn simulated(
+        name: &str,
+        fd: OwnedFd,
+        value_size: usize,
+        cpus: usize,
+    ) -> Result<Self, String> {
+        let map = open_checked(name, fd, value_size * cpus, "an array", |info| {
+            matches!(info.map_type(), Ok(MapType::Array)) && info.max_entries() >= 1
+        })?;
+        Ok(PerCpuStruct::shaped(map, value_size, cpus))
+    }
+
+    fn shaped(map: MapData, value_size: usize, cpus: usize) -> PerCpuStruct {
         let words = value_size / 8;
-        Ok(PerCpuStruct {
+        PerCpuStruct {
             map,
             words,
             buf: vec![0; words * cpus],
-        })
+        }
     }
 
     /// Reads entry 0 for every possible CPU; then [`Self::cpus`] iterates it.
@@ -86,8 +107,105 @@ fn open_checked(
     Ok(map)
 }
 
-fn possible_cpus() -> Result<usize, String> {
+/// The kernel's possible CPUs: how many values a per-CPU lookup returns.
+pub fn possible_cpus() -> Result<usize, String> {
     aya::util::nr_cpus().map_err(|(path, e)| format!("counting possible CPUs from {path}: {e}"))
+}
+
+/// A per-CPU array of single u64 counters, read by ranges of keys, so a
+/// reader copies only the keys it asks for.
+pub struct PerCpuCounters {
+    map: MapData,
+    cpus: usize,
+    max_entries: u32,
+    /// The values of the last read, `cpus` words per key.
+    buf: Vec<u64>,
+    /// Scratch for the keys a batch lookup returns.
+    batch_keys: Vec<u32>,
+    /// Value bytes the kernel has copied out since the last `take_bytes_read`.
+    bytes_read: usize,
+}
+
+impl PerCpuCounters {
+    /// Wraps the map behind `fd` after checking with the kernel that it is
+    /// a per-CPU array of u64.
+    pub fn from_fd(name: &str, fd: OwnedFd) -> Result<PerCpuCounters, String> {
+        let map = open_checked(name, fd, 8, "a per-CPU array", |info| {
+            matches!(info.map_type(), Ok(MapType::PerCpuArray))
+        })?;
+        PerCpuCounters::shaped(name, map, possible_cpus()?)
+    }
+
+    /// For bench/drops-scrape: a plain array with `cpus * 8`-byte values,
+    /// read as a per-CPU array of u64 on a `cpus`-CPU machine is (same
+    /// syscalls, same bytes copied, same per-CPU chunks).
+    pub fn simulated(name: &str, fd: OwnedFd, cpus: usize) -> Result<PerCpuCounters, String> {
+        let map = open_checked(name, fd, 8 * cpus, "an array", |info| {
+            matches!(info.map_type(), Ok(MapType::Array))
+        })?;
+        PerCpuCounters::shaped(name, map, cpus)
+    }
+
+    fn shaped(name: &str, map: MapData, cpus: usize) -> Result<PerCpuCounters, String> {
+        let info = map
+            .info()
+            .map_err(|e| format!("map {name}: reading map info: {e}"))?;
+        Ok(PerCpuCounters {
+            map,
+            cpus,
+            max_entries: info.max_entries(),
+            buf: Vec::new(),
+            batch_keys: Vec::new(),
+            bytes_read: 0,
+        })
+    }
+
+    /// The map's number of keys.
+    pub fn max_entries(&self) -> u32 {
+        self.max_entries
+    }
+
+    /// Reads keys `first..first + n` in one syscall; returns each key's
+    /// per-CPU values (`n` chunks of one word per CPU).
+    pub fn read_range(
+        &mut self,
+        first: u32,
+        n: u32,
+    ) -> std::io::Result<std::slice::Chunks<'_, u64>> {
+        if first
+            .checked_add(n)
+            .is_none_or(|end| end > self.max_entries)
+        {
+            return Err(std::io::Error::other(format!(
+                "keys {first}..{first}+{n} past the map's {} entries",
+                self.max_entries
+            )));
+        }
+        self.batch_keys.resize(n as usize, 0);
+        self.buf.resize(n as usize * self.cpus, 0);
+        let fd = self.map.fd().as_fd();
+        // SAFETY (both calls): `buf` holds n values of `cpus` u64 words
+        // each: what the kernel copies for a per-CPU array of u64 (value
+        // size 8, checked) on `cpus` possible CPUs, or for a plain array of
+        // `cpus * 8`-byte values (checked); array keys are u32.
+        match n {
+            0 => {}
+            // The batch command allocates kernel buffers on every call:
+            // for one key, the plain lookup is cheaper (0.65 against 0.9 µs
+            // here, bench/drops-scrape).
+            1 => unsafe { sys::lookup_percpu_key(fd, &first, &mut self.buf) }?,
+            _ => {
+                unsafe { sys::lookup_array_batch(fd, first, &mut self.batch_keys, &mut self.buf) }?
+            }
+        }
+        self.bytes_read += self.buf.len() * 8;
+        Ok(self.buf.chunks(self.cpus))
+    }
+
+    /// Value bytes the kernel copied out since the last call.
+    pub fn take_bytes_read(&mut self) -> usize {
+        std::mem::take(&mut self.bytes_read)
+    }
 }
 
 /// A per-CPU hash map with u64 keys, read whole at each scrape.

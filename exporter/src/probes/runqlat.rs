@@ -3,18 +3,24 @@
 //! still runnable) to it running, plus `usescope_runqueue_latency_missed_total`.
 //! Buckets: see [`super::log2_hist`].
 //!
-//! The runnable-since time of each task is kept in task-local storage
-//! where the kernel allows it (no hashing, freed with the task, so PID
-//! churn loses nothing), else in a bounded LRU hash keyed by pid, which
-//! evicts under churn. Two objects are built from one C source for this
-//! (ebpf-probes/runqlat.bpf.c), and the mode name says which one runs:
-//! `usescope_probe_info{probe="runqlat",mode="tp_btf+task_storage"}`.
+//! Three designs, best first; the mode name says which one runs
+//! (`usescope_probe_info{probe="runqlat",mode="tp_btf+sched_info"}`):
+//! - `tp_btf+sched_info` (ebpf-probes/runqlat_delay.bpf.c): the growth of
+//!   the scheduler's own per-task run_delay between a task's switch-outs.
+//!   One program, on sched_switch only, with nothing to lose; needs
+//!   CONFIG_SCHED_INFO.
+//! - `tp_btf+task_storage` (runqlat.bpf.c): timed from wakeups and
+//!   preemptions to switch-in, the start time in task-local storage (no
+//!   hashing, freed with the task, so PID churn loses nothing).
+//! - `tp_btf+lru_hash`, `raw_tp+lru_hash` (runqlat.bpf.c built with
+//!   RUNQLAT_START_LRU): the same with a bounded LRU hash keyed by pid,
+//!   which evicts under churn, for kernels that refuse task storage.
 
 use super::layout::{LOG2_HIST_BUCKETS, RUNQLAT_MISSED_WORD, RUNQLAT_SUM_WORD, RunqlatHist};
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuStruct;
-use super::{Kernel, Loaded, ProbeSettings};
+use super::{Kernel, Loaded, ProbeSettings, RunqlatSource};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder, u64_label};
@@ -27,7 +33,7 @@ const LATENCY: Desc = Desc::histogram(
 );
 const MISSED: Desc = Desc::counter(
     "usescope_runqueue_latency_missed_total",
-    "Switch-ins not measured because no start time was recorded (task runnable since before attach, or evicted from the LRU start map of the lru_hash modes).",
+    "Waits not measured: a task's first run after attach when it is older than the probe, or a switch-in without a recorded start (evicted from the LRU start map of the lru_hash modes).",
 );
 
 const BTF_PROGRAMS: &[(&str, &str)] = &[
@@ -36,10 +42,16 @@ const BTF_PROGRAMS: &[(&str, &str)] = &[
     ("us_rq_swtch_btf", "sched_switch"),
 ];
 
-/// The modes, best first. The first is in the task-storage object
+/// The modes, best first. The first is in the run_delay object
+/// ([`loader::RUNQLAT_DELAY_OBJ`]), the second in the task-storage one
 /// ([`loader::RUNQLAT_OBJ`]), the others in the LRU one
 /// ([`loader::RUNQLAT_LRU_OBJ`]); see [`load`].
 pub const MODES: &[Mode] = &[
+    Mode {
+        name: "tp_btf+sched_info",
+        kind: Kind::BtfTracePoint,
+        programs: &[("us_rq_delay_btf", "sched_switch")],
+    },
     Mode {
         name: "tp_btf+task_storage",
         kind: Kind::BtfTracePoint,
@@ -60,39 +72,61 @@ pub const MODES: &[Mode] = &[
         ],
     },
 ];
-const TASK_STORAGE_MODES: &[Mode] = MODES.split_at(1).0;
-const LRU_MODES: &[Mode] = MODES.split_at(1).1;
+const SCHED_INFO_MODES: &[Mode] = MODES.split_at(1).0;
+const TASK_STORAGE_MODES: &[Mode] = MODES.split_at(2).0.split_at(1).1;
+const LRU_MODES: &[Mode] = MODES.split_at(2).1;
 
 /// The per-CPU map the collector reads, and its value.
 pub const MAP: &str = "us_rq_hist";
 const VALUE_SIZE: usize = size_of::<RunqlatHist>();
 
-/// In the probe loader process: load and attach, on task storage unless
-/// the kernel refuses it (map type or helper unknown, no tracing programs)
-/// or `--probe.runqlat.start-map=lru-hash` asks for the LRU hash.
+/// In the probe loader process: load and attach the best design the
+/// kernel takes ([`MODES`] order), or the one `--probe.runqlat.source`
+/// forces. Each fallback logs why the better one was refused.
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let max_tasks = settings.runqlat_max_tasks;
+    let pid = settings.runqlat_pid;
     let lru = || {
         loader::load_and_attach(loader::RUNQLAT_LRU_OBJ, &kernel.btf, LRU_MODES, |l| {
             l.map_max_entries("us_rq_start", max_tasks);
+            l.override_global("target_tgid", &pid, true);
         })
     };
-    if settings.runqlat_lru_start_map {
-        return lru();
-    }
-    // aya 0.14 creates the task-storage map like any other but has no
+    // aya 0.14 creates a task-storage map like any other but has no
     // wrapper type for it; without this it would refuse the object.
-    let task_storage =
+    let task_storage = || {
         loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, TASK_STORAGE_MODES, |l| {
             l.allow_unsupported_maps();
-        });
-    match task_storage {
-        Ok(loaded) => Ok(loaded),
-        Err(task_storage) => {
-            tracing::info!(probe = "runqlat", cause = %task_storage, "task storage refused; falling back to the LRU hash start map");
-            lru().map_err(|e| ProbeError(format!("{}; {}", task_storage.0, e.0)))
+            l.override_global("target_tgid", &pid, true);
+        })
+    };
+    let sched_info = || {
+        loader::load_and_attach(
+            loader::RUNQLAT_DELAY_OBJ,
+            &kernel.btf,
+            SCHED_INFO_MODES,
+            |l| {
+                l.allow_unsupported_maps();
+                l.override_global("target_tgid", &pid, true);
+            },
+        )
+    };
+    let first: &[&dyn Fn() -> Result<Loaded, ProbeError>] = match settings.runqlat_source {
+        RunqlatSource::Auto => &[&sched_info, &task_storage, &lru],
+        RunqlatSource::TaskStorage => &[&task_storage, &lru],
+        RunqlatSource::LruHash => &[&lru],
+    };
+    let mut refused: Vec<String> = Vec::new();
+    for attempt in first {
+        match attempt() {
+            Ok(loaded) => return Ok(loaded),
+            Err(e) => {
+                tracing::info!(probe = "runqlat", cause = %e, "design refused; trying the next one");
+                refused.push(e.0);
+            }
         }
     }
+    Err(ProbeError(refused.join("; ")))
 }
 
 /// In the daemon: the collector over the handed-over histogram map.
@@ -160,10 +194,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn task_storage_is_tried_first_and_lru_modes_follow() {
+    fn sched_info_is_tried_first_then_task_storage_then_lru() {
+        assert_eq!(SCHED_INFO_MODES.len(), 1);
+        assert!(SCHED_INFO_MODES[0].name.ends_with("+sched_info"));
         assert_eq!(TASK_STORAGE_MODES.len(), 1);
         assert!(TASK_STORAGE_MODES[0].name.ends_with("+task_storage"));
         assert!(LRU_MODES.iter().all(|m| m.name.ends_with("+lru_hash")));
-        assert_eq!(TASK_STORAGE_MODES.len() + LRU_MODES.len(), MODES.len());
+        assert_eq!(
+            SCHED_INFO_MODES.len() + TASK_STORAGE_MODES.len() + LRU_MODES.len(),
+            MODES.len()
+        );
     }
 }

@@ -6,8 +6,9 @@
 //! - [`prog_run_stats`]: aya builds `ProgramInfo` only from a program it
 //!   loaded itself, a pin or by walking every program on the host (which
 //!   needs CAP_SYS_ADMIN), not from a handed-over fd;
-//! - [`lookup_percpu`] and [`next_key`]: aya's per-CPU lookups allocate a
-//!   fresh slice on every read; these fill buffers the caller keeps.
+//! - [`lookup_percpu`], [`next_key`] and [`lookup_array_batch`]: aya's
+//!   per-CPU lookups allocate a fresh slice on every read (and aya has no
+//!   batch lookup); these fill buffers the caller keeps.
 //!
 //! All unsafe code of the probes' user side is here.
 
@@ -20,6 +21,7 @@ const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 
 /// `bpf(cmd, attr, sizeof attr)`.
 ///
@@ -183,6 +185,108 @@ pub unsafe fn next_key(map: BorrowedFd<'_>, prev: Option<&u64>) -> io::Result<Op
     }
 }
 
+/// The `batch` member of `union bpf_attr`.
+#[repr(C)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// Looks up keys `first..first + n` of an array map (per-CPU or not),
+/// `n = keys.len()`, in one BPF_MAP_LOOKUP_BATCH into `buf`, key after
+/// key; the kernel also writes the keys it read to `keys`. `first + n`
+/// must not exceed the map's max_entries (the kernel then stops with
+/// ENOENT, returned as an error).
+///
+/// # Safety
+/// `buf` must hold at least `n` values as the kernel copies them out:
+/// `n * possible_cpus * round_up(value_size, 8)` bytes for a per-CPU array,
+/// `n * value_size` for a plain one.
+pub unsafe fn lookup_array_batch(
+    map: BorrowedFd<'_>,
+    first: u32,
+    keys: &mut [u32],
+    buf: &mut [u64],
+) -> io::Result<()> {
+    // The kernel starts after the key `in_batch` points at (at key 0 when
+    // it is null), writes the n keys it read to `keys` and the last one to
+    // `out_batch`.
+    let before_first = first.wrapping_sub(1);
+    let mut last = 0u32;
+    let attr = BatchAttr {
+        in_batch: if first == 0 {
+            0
+        } else {
+            &before_first as *const u32 as u64
+        },
+        out_batch: &mut last as *mut u32 as u64,
+        keys: keys.as_mut_ptr() as u64,
+        values: buf.as_mut_ptr() as u64,
+        count: keys.len() as u32,
+        map_fd: map.as_raw_fd() as u32,
+        elem_flags: 0,
+        flags: 0,
+    };
+    // SAFETY: BatchAttr is the batch attr; `keys` holds n u32 keys (array
+    // keys are u32), `last` one, and the caller guarantees `buf` holds n
+    // values.
+    unsafe { bpf(BPF_MAP_LOOKUP_BATCH, &attr) }?;
+    Ok(())
+}
+
+/// Maps for tests that check readers against what they wrote.
+#[cfg(test)]
+pub(crate) mod test_maps {
+    use super::*;
+
+    /// A per-CPU array of `entries` u64 values (root or CAP_BPF).
+    pub fn percpu_u64_array(entries: u32) -> io::Result<OwnedFd> {
+        const BPF_MAP_CREATE: libc::c_long = 0;
+        const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+        // map_type, key_size, value_size, max_entries, then zeros.
+        let mut attr = [0u32; 32];
+        attr[..4].copy_from_slice(&[BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, entries]);
+        // SAFETY: the map-create attr, zero past max_entries.
+        let fd = unsafe { bpf(BPF_MAP_CREATE, &attr) }?;
+        // SAFETY: a new fd nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
+    /// The same, or None after a skip (a failure in CI) when the kernel
+    /// refuses.
+    pub fn percpu_u64_array_or_skip(entries: u32) -> Option<OwnedFd> {
+        let map = percpu_u64_array(entries);
+        let needs = format!(
+            "BPF_MAP_CREATE of a per-CPU array (root or CAP_BPF): {:?}",
+            map.as_ref().err()
+        );
+        crate::test_skip::unless_met(map.is_ok(), &needs).then(|| map.unwrap())
+    }
+
+    /// Sets `key` of a per-CPU u64 array to `per_cpu` (one value per
+    /// possible CPU).
+    pub fn update(map: BorrowedFd<'_>, key: u32, per_cpu: &[u64]) -> io::Result<()> {
+        const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+        let attr = LookupAttr {
+            map_fd: map.as_raw_fd() as u32,
+            _pad: 0,
+            key: &key as *const u32 as u64,
+            value: per_cpu.as_ptr() as u64,
+            flags: 0,
+        };
+        // SAFETY: the map-element attr; the caller passes one u64 per
+        // possible CPU, the value a per-CPU u64 array reads.
+        unsafe { bpf(BPF_MAP_UPDATE_ELEM, &attr) }?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +332,42 @@ mod tests {
         let fd = unsafe { bpf(BPF_PROG_LOAD, &attr) }?;
         // SAFETY: a new fd nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
+    /// A batch from the middle of an array returns exactly the keys asked
+    /// for (the kernel starts *after* `in_batch`), checked against plain
+    /// lookups of each key.
+    #[test]
+    fn array_batch_reads_the_keys_asked_for() {
+        let Some(map) = test_maps::percpu_u64_array_or_skip(16) else {
+            return;
+        };
+        let cpus = crate::probes::percpu::possible_cpus().unwrap();
+        for key in 0u32..16 {
+            // key * 100 + cpu on each CPU
+            let value: Vec<u64> = (0..cpus as u64).map(|c| key as u64 * 100 + c).collect();
+            test_maps::update(map.as_fd(), key, &value).unwrap();
+        }
+        for (first, n) in [(0u32, 3usize), (5, 4), (14, 2)] {
+            let mut keys = vec![0u32; n];
+            let mut batch = vec![0u64; n * cpus];
+            // SAFETY: `batch` holds n values of `cpus` u64 words.
+            unsafe { lookup_array_batch(map.as_fd(), first, &mut keys, &mut batch) }.unwrap();
+            assert_eq!(keys, (first..first + n as u32).collect::<Vec<_>>());
+            for (i, got) in batch.chunks(cpus).enumerate() {
+                let mut one = vec![0u64; cpus];
+                let key = first + i as u32;
+                // SAFETY: `one` holds one value of `cpus` words.
+                unsafe { lookup_percpu_key(map.as_fd(), &key, &mut one) }.unwrap();
+                assert_eq!(got, one, "key {key}");
+                assert_eq!(got[0], key as u64 * 100);
+            }
+        }
+        // Past the end: an error, not a short read taken for a full one.
+        let mut keys = vec![0u32; 3];
+        let mut batch = vec![0u64; 3 * cpus];
+        // SAFETY: as above.
+        assert!(unsafe { lookup_array_batch(map.as_fd(), 15, &mut keys, &mut batch) }.is_err());
     }
 
     /// Statistics stay on while the returned fd is open.

@@ -9,7 +9,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod bpf_objects;
 pub mod hangfs;
+pub mod memcg;
 pub mod node_exporter;
 pub mod skip;
 
@@ -343,4 +345,32 @@ pub fn copy_dir(src: &Path, dst: &Path) {
             std::fs::copy(e.path(), &to).unwrap();
         }
     }
+}
+
+/// Sends `n` UDP datagrams to a port on 127.0.0.1 that nothing listens on.
+pub fn udp_to_closed_port(n: usize) {
+    udp_to_closed_port_on("127.0.0.1", n);
+}
+
+/// Sends `n` UDP datagrams to a port on `loopback` (127.0.0.1 or ::1)
+/// that nothing listens on.
+pub fn udp_to_closed_port_on(loopback: &str, n: usize) {
+    let any_port = format!(
+        "{}:0",
+        if loopback.contains(':') {
+            "[::1]"
+        } else {
+            loopback
+        }
+    );
+    let closed = std::net::UdpSocket::bind(&any_port).unwrap();
+    let target = closed.local_addr().unwrap();
+    drop(closed);
+    let s = std::net::UdpSocket::bind(&any_port).unwrap();
+    for _ in 0..n {
+        // ECONNREFUSED from an earlier ICMP error is expected; ignore it.
+        let _ = s.send_to(b"usescope", target);
+    }
+    // Let softirq processing finish before the next scrape.
+    std::thread::sleep(std::time::Duration::from_millis(100));
 }
