@@ -22,7 +22,8 @@ packages=(
   xfsprogs btrfs-progs            # real XFS and btrfs filesystems on loop devices (tests/compat_fs_net.rs)
   e2fsprogs                       # mkfs.ext4: the ext4 on a loop device of the cachestat oracle (tests/probe_cachestat.rs)
   mount                           # losetup: the loop device of the biolatency test (tests/probes.rs)
-  nftables iproute2               # the drops test's oracle: an nft drop rule's counter in its own netns (tests/drops_in_use.rs)
+  nftables iproute2               # nft rules and conntrack in namespaces: the drops test's oracle (tests/drops_in_use.rs), tests/incidents
+  e2fsprogs                       # tests/incidents: ext4 on a loop device
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -73,6 +74,13 @@ if ! "$gobin/node_exporter" --help >/dev/null 2>&1; then
   command -v go >/dev/null || { echo "setup: Go is needed to build node_exporter (the compatibility oracle)" >&2; exit 1; }
   echo "setup: building node_exporter $NODE_EXPORTER_VERSION with go install"
   (cd /tmp && go install "github.com/prometheus/node_exporter@$NODE_EXPORTER_VERSION")
+fi
+# jsonnet renders node-mixin's alerts from node_exporter's module source
+# (docs/node-mixin), which tests/incidents loads beside usescope's own.
+JSONNET_VERSION=v0.20.0
+if ! "$gobin/jsonnet" --version 2>/dev/null | grep -q "${JSONNET_VERSION}"; then
+  echo "setup: building jsonnet $JSONNET_VERSION with go install"
+  (cd /tmp && go install "github.com/google/go-jsonnet/cmd/jsonnet@$JSONNET_VERSION")
 fi
 
 # cargo-machete, the unused-dependency check of scripts/check_dependencies.sh,

@@ -58,6 +58,8 @@ step "load: 100 concurrent scrapers for 60 s (wrk)" env USESCOPE_BIN=target/rele
 step "fleet packaging (systemd-analyze, kubernetes-validate)" deploy/test.sh
 [ -f docker-compose.yml ] && step "docker-compose config" docker-compose -f docker-compose.yml config -q
 [ -x tests/e2e/run.sh ] && step "end-to-end with Prometheus and Alertmanager" tests/e2e/run.sh
+step "real incidents page through Prometheus and Alertmanager (root, about 5 min)" \
+  env USESCOPE_BIN=target/release/usescope tests/incidents/run.sh
 step "containers on a real engine (own dockerd: image, capabilities, compose stack)" \
   env USESCOPE_BIN=target/release/usescope tests/container/run.sh
 

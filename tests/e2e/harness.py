@@ -62,13 +62,14 @@ def free_port():
 class Process:
     """One started binary: its PID, its log file and its base URL."""
 
-    def __init__(self, name, argv, port, logdir):
+    def __init__(self, name, argv, port, logdir, pass_fds=()):
         self.name = name
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = logdir / f"{name}.log"
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     pass_fds=pass_fds)
         _children.append(self.proc)
 
     def wait_ready(self, path, timeout=30):
@@ -134,10 +135,12 @@ def start_alertmanager(config, logdir):
     return p
 
 
-def start_prometheus(usescope_port, rule_files, logdir, alertmanager_port=None, storage=None):
-    """Prometheus scraping usescope every second and evaluating the rules
-    every second. Returns the process; the usescope target has
-    job="usescope" and instance="127.0.0.1:<usescope_port>"."""
+def start_prometheus(usescope_port, rule_files, logdir, alertmanager_port=None, storage=None,
+                     interval="1s", extra_ports=()):
+    """Prometheus scraping usescope every `interval` (1 s unless told) and
+    evaluating the rules as often. Returns the process; each usescope target
+    (usescope_port, then extra_ports) has job="usescope" and
+    instance="127.0.0.1:<port>"."""
     binary = require("prometheus", "prometheus")
     port = free_port()
     storage = storage or tmpdir("prometheus")
@@ -149,12 +152,13 @@ def start_prometheus(usescope_port, rule_files, logdir, alertmanager_port=None, 
             f"        - targets: ['127.0.0.1:{alertmanager_port}']\n"
         )
     rules = "".join(f"  - {f}\n" for f in rule_files)
+    targets = ", ".join(f"'127.0.0.1:{p}'" for p in (usescope_port, *extra_ports))
     config = confdir / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\n"
         f"rule_files:\n{rules}{alerting}"
         "scrape_configs:\n  - job_name: usescope\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{usescope_port}']\n"
+        f"      - targets: [{targets}]\n"
     )
     p = Process(
         "prometheus",
@@ -223,3 +227,40 @@ class Results:
     def finish(self):
         print(f"e2e: {self.passed} passed, {self.failed} failed")
         return 1 if self.failed or not self.passed else 0
+
+
+class WebhookReceiver:
+    """Alertmanager's webhook receiver on 127.0.0.1: records every
+    notification as (monotonic arrival time, URL path, the posted JSON).
+    The path is the receiver's name in alertmanager.yml's URLs (/page,
+    /ticket)."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.notifications = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                with receiver._lock:
+                    receiver.notifications.append((time.monotonic(), self.path, body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_):
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def alerts(self, path=None):
+        """Every alert of every notification so far, as (time, path,
+        notification status, alert) tuples."""
+        with self._lock:
+            notes = list(self.notifications)
+        return [(t, p, n.get("status"), a) for t, p, n in notes if path in (None, p) for a in n.get("alerts", [])]

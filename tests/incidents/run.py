@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Real incidents on this kernel, paged through real Prometheus and
+Alertmanager running the shipped rules scaled by scaling.FACTOR (root).
+
+Three phases, each running the incidents that do not disturb one another
+in parallel (about 5 minutes in all):
+  1. conntrack full and conntrack at 60% (two namespaces, one global
+     nf_conntrack_max), listen overflow (a third namespace), UDP to a closed
+     port, memory pressure in a cgroup, the disk at 50% (quiet), and the
+     filesystem full of files and data (which runs on into phase 3);
+  2. iowait with a saturated loop device, and an nft drop rule;
+  3. CPU at 70% (quiet), then CPU saturation (after it, load5 would stay
+     high for minutes).
+CPU saturation runs alone: busy loops would hide iowait (a CPU accrues
+iowait only while idle) and slow every other incident.
+
+Usage: run.py [--only NAME ...] [--without-rule ALERT ...] [--json FILE]
+  --only          run only these incidents (names as in phases())
+  --without-rule  remove that alert's rules from the scaled copy: its
+                  incident must then fail (how each test is shown to fail)
+  --json          write the measured rows (docs/time-to-page.md's numbers)
+The last line is "incidents: N passed, M failed".
+"""
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import incidents as i  # noqa: E402
+import resources as r  # noqa: E402
+import stack as s  # noqa: E402
+from stack import h  # noqa: E402
+
+HISTORY_S = 10
+# The default excludes loop devices (node_exporter's default); the disk
+# incidents saturate a loop device, so the host's usescope keeps them. The
+# same alert on a real disk needs no flag.
+HOST_USESCOPE_ARGS = [r"--collector.diskstats.device-exclude=^(z?ram|fd)\d+$"]
+# Per run, so that two runs on one machine do not collide.
+NETNS = {key: f"usescope-{key}-{os.getpid()}" for key in ("ct_full", "ct_quiet", "listen", "nft")}
+
+
+def phases(st, report, ns):
+    """Incident name -> callable, grouped by phase."""
+    return [
+        {
+            "conntrack_full": lambda: i.conntrack_full(st, report, NETNS["ct_full"], ns["ct_full"]),
+            "conntrack_quiet": lambda: i.conntrack_quiet(st, report, NETNS["ct_quiet"], ns["ct_quiet"]),
+            "listen_overflow": lambda: i.listen_overflow(st, report, NETNS["listen"], ns["listen"]),
+            "udp_closed_port": lambda: i.udp_closed_port(st, report),
+            "memory_pressure": lambda: i.memory_pressure(st, report),
+            "iowait_quiet": lambda: i.iowait_quiet(st, report),
+            "filesystem_full": lambda: i.filesystem_full(st, report),
+        },
+        {
+            "iowait_saturated": lambda: i.iowait_saturated(st, report),
+            "nft_drop": lambda: i.nft_drop(st, report, NETNS["nft"]),
+        },
+        {
+            "cpu": lambda: (i.cpu_quiet(st, report), i.cpu_saturated(st, report)),
+        },
+    ]
+
+
+def run_phase(incidents, report):
+    def guarded(name, fn):
+        try:
+            fn()
+        except Exception as e:  # an incident that cannot be made is a failure, with its cause
+            report.check(f"{name} ran without error", False, repr(e))
+
+    threads = [threading.Thread(target=guarded, args=item) for item in incidents.items()]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--without-rule", nargs="*", default=[])
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("incidents: needs root (namespaces, nf_conntrack_max, loop devices, cgroups)")
+        required = os.environ.get("USESCOPE_REQUIRE_BPF") == "1" or os.environ.get("CI") == "true"
+        print(f"USESCOPE-SKIPPED test=incidents needs=root" if not required else "incidents: 0 passed, 1 failed")
+        return 1 if required else 0
+    for tool in ("nft", "losetup", "mkfs.ext4", "taskset", "prometheus", "promtool"):
+        h.require(tool, "nftables" if tool == "nft" else tool)
+
+    # nf_conntrack_max is one global knob: two runs at once would restore
+    # each other's value. Runs on one machine take turns.
+    lock = open("/run/lock/usescope-incidents.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    started = time.monotonic()
+    report = i.Report()
+    logdir = h.tmpdir("incidents")
+    with contextlib.ExitStack() as cleanup:
+        for name in NETNS.values():
+            cleanup.enter_context(r.netns(name))
+        cleanup.enter_context(r.conntrack_max(i.CONNTRACK_LIMIT))
+        for name in ("ct_full", "ct_quiet"):
+            i.conntrack_setup(NETNS[name])
+        st = s.Stack(logdir, HOST_USESCOPE_ARGS, args.without_rule)
+        ns = {key: st.add_netns(NETNS[key]) for key in ("ct_full", "ct_quiet", "listen")}
+        st.start()
+        # Some history before any incident starts: the quiet cases and
+        # predict_linear compare with it.
+        time.sleep(HISTORY_S)
+        running = []
+        for phase in phases(st, report, ns):
+            chosen = {k: v for k, v in phase.items() if not args.only or k in args.only}
+            long_running = {k: v for k, v in chosen.items() if k == "filesystem_full"}
+            threads = run_phase({k: v for k, v in chosen.items() if k not in long_running}, report)
+            running += run_phase(long_running, report)
+            for t in threads:
+                t.join()
+        for t in running:
+            t.join()
+
+    print_table(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.rows, indent=1))
+    elapsed = time.monotonic() - started
+    report.check(f"the incident suite took {elapsed:.0f}s (budget 360 s)", elapsed <= 360)
+    failed = len(report.failures)
+    for what in report.failures:
+        print(f"failed: {what}")
+    for what in report.inconclusive:
+        print(f"not testable on this machine now: {what}")
+    print(f"incidents: {report.passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def print_table(report):
+    print(f"\n{'incident':45} {'alert':32} {'expected':8} {'got':8} {'page (prod s)':>13} {'resolve (prod s)':>16}")
+    for row in report.rows:
+        page = f"{row['page_s']:.0f}" if row.get("page_s") is not None else "-"
+        res = f"{row['resolve_s']:.0f}" if row.get("resolve_s") is not None else "-"
+        name = row["alert"] + (f"{{{row['labels'].get('signal') or row['labels'].get('reason') or row['labels'].get('cpu') or ''}}}" if row["labels"] else "")
+        print(f"{row['incident']:45} {name:32} {row['expected']:8} {str(row.get('severity')):8} {page:>13} {res:>16}"
+              + (f"  {row['note']}" if row.get("note") else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
