@@ -101,6 +101,7 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
         })
     };
     let sched_info = || {
+        sched_info_kept()?;
         loader::load_and_attach(
             loader::RUNQLAT_DELAY_OBJ,
             &kernel.btf,
@@ -127,6 +128,24 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
         }
     }
     Err(ProbeError(refused.join("; ")))
+}
+
+/// Whether the scheduler keeps `sched_info` up to date. The field exists
+/// with CONFIG_SCHED_INFO, but before Linux 5.14 the kernel updated it
+/// only while delay accounting was on (`nodelayacct` turns it off), and
+/// then /proc/PID/schedstat reads `0 0 0`: a running process that has
+/// never arrived on a CPU means the accounting is off, and the design
+/// would report every wait as 0.
+fn sched_info_kept() -> Result<(), ProbeError> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .map_err(|e| ProbeError(format!("/proc/thread-self/schedstat: {e}")))?;
+    match text.split_whitespace().nth(2).map(str::parse::<u64>) {
+        Some(Ok(arrivals)) if arrivals > 0 => Ok(()),
+        _ => Err(ProbeError(format!(
+            "the scheduler keeps no run-queue accounting (/proc/thread-self/schedstat reads {:?})",
+            text.trim()
+        ))),
+    }
 }
 
 /// In the daemon: the collector over the handed-over histogram map.
