@@ -219,9 +219,9 @@ pub fn add_args(cmd: Command) -> Command {
     .arg(
         Arg::new("probe.runqlat.pid")
             .long("probe.runqlat.pid")
-            .default_value("0")
-            .value_parser(value_parser!(u32))
-            .help("Measure only the threads of this process (its PID; 0, the default: every task), as bcc's runqlat -p"),
+            .value_name("PID")
+            .value_parser(value_parser!(u32).range(1..))
+            .help("Measure the run-queue latency of this one process's threads only (its pid as the host sees it), as bcc's runqlat -p; default: every task"),
     )
     .arg(
         Arg::new("probe.drops.protocol-label")
@@ -444,6 +444,10 @@ mod tests {
         assert_eq!(c.probes.runqlat_source, RunqlatSource::LruHash);
         let c = crate::cli::parse(["usescope", "--probe.runqlat.source=task-storage"]).unwrap();
         assert_eq!(c.probes.runqlat_source, RunqlatSource::TaskStorage);
+        assert_eq!(c.probes.runqlat_pid, 0, "every task by default");
+        let c = crate::cli::parse(["usescope", "--probe.runqlat.pid=42"]).unwrap();
+        assert_eq!(c.probes.runqlat_pid, 42);
+        assert!(crate::cli::parse(["usescope", "--probe.runqlat.pid=0"]).is_err());
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.source=hash"]).is_err());
         let c =
             crate::cli::parse(["usescope", "--probe.bpf-stats", "--no-probe.bpf-stats"]).unwrap();
