@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use crate::absence;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder, Format};
 use crate::self_metrics::SelfMetrics;
@@ -59,6 +60,8 @@ pub struct Scraper {
     entries: Vec<Entry>,
     self_metrics: Mutex<SelfMetrics>,
     epoch: Instant,
+    /// Whether an absent source may have appeared since the last scrape.
+    appearing: Mutex<Option<absence::Watch>>,
 }
 
 impl Scraper {
@@ -67,7 +70,15 @@ impl Scraper {
             entries: Vec::new(),
             self_metrics: Mutex::new(self_metrics),
             epoch: Instant::now(),
+            appearing: Mutex::new(None),
         }
+    }
+
+    /// Lets collectors skip looking up sources that were absent until the
+    /// kernel signals that one may have appeared (see absence.rs). Without
+    /// it, every scrape looks every absent source up again.
+    pub fn watch_for_appearing_sources(&mut self, watch: absence::Watch) {
+        self.appearing = Mutex::new(Some(watch));
     }
 
     pub fn add(&mut self, name: &'static str, collector: Box<dyn Collector>) {
@@ -106,6 +117,9 @@ impl Scraper {
     /// caller has answered without this scrape.
     pub fn scrape_into(&self, format: Format, buf: &mut Vec<u8>, abandoned: &AtomicBool) {
         buf.clear();
+        if let Some(watch) = lock(&self.appearing).as_mut() {
+            watch.refresh();
+        }
         let mut enc = Encoder::new(buf, format);
         for e in &self.entries {
             if abandoned.load(Ordering::Relaxed) {

@@ -6,6 +6,7 @@
 //! → each reads its [`source::SourceFile`]s, parses with a pure parser, and
 //! writes families through the [`exposition::Encoder`] into one reused buffer.
 
+pub mod absence;
 pub mod cli;
 pub mod collector;
 pub mod collectors;

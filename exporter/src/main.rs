@@ -149,6 +149,10 @@ fn start(config: &Config) -> Result<Started, String> {
     let mut scraper = Scraper::new(
         SelfMetrics::new().with_node_exporter_build_info(config.node_exporter_build_info),
     );
+    scraper.watch_for_appearing_sources(usescope::absence::Watch::new(
+        &config.settings.procfs,
+        &config.settings.sysfs,
+    ));
     for name in &config.collectors {
         let spec = collectors::find(name).expect("collector names come from the registry");
         scraper.add(spec.name, (spec.build)(&config.settings));

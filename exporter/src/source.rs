@@ -51,6 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::absence::Memo;
 use crate::error::{CollectError, ParseError};
 
 /// Most bytes read from one source file. The largest real sources are a
@@ -97,6 +98,8 @@ pub struct SourceFile {
     /// without keeping a descriptor: opened without the file-type checks
     /// and read with one `pread` (see [`SourceFile::unkept_attribute`]).
     one_pread: bool,
+    /// That the file was absent, while nothing could have created it.
+    absence: Memo,
 }
 
 /// Most attribute descriptors kept open at once, process-wide: 512, or an
@@ -176,6 +179,7 @@ impl SourceFile {
             slot: None,
             keep: true,
             one_pread: false,
+            absence: Memo::default(),
         }
     }
 
@@ -198,6 +202,7 @@ impl SourceFile {
             slot: None,
             keep: true,
             one_pread: false,
+            absence: Memo::default(),
         }
     }
 
@@ -255,10 +260,16 @@ impl SourceFile {
     /// [`CollectError`] naming the file. Lines that are not valid UTF-8 are
     /// left out of the text (see the module documentation).
     pub fn read(&mut self) -> Result<Read<'_>, CollectError> {
+        if self.absence.still_absent() {
+            return Ok(Read::Absent);
+        }
         let result = self.read_bytes();
         self.release_unused_buffer(if result.is_ok() { self.len } else { 0 });
         match result {
-            Ok(()) => self.note_presence(true),
+            Ok(()) => {
+                self.absence.present();
+                self.note_presence(true);
+            }
             // ENOENT: the file is not there. EOPNOTSUPP: it is there but the
             // feature is switched off (PSI built in, booted with psi=0).
             // Either way the kernel has nothing to report, which is not a failure.
@@ -267,6 +278,9 @@ impl SourceFile {
                     || e.raw_os_error() == Some(libc::EOPNOTSUPP)
                     || (self.attribute && attribute_unavailable(&e)) =>
             {
+                if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) {
+                    self.absence.absent(&self.path);
+                }
                 self.note_presence(false);
                 return Ok(Read::Absent);
             }
@@ -644,6 +658,8 @@ pub struct Dir {
     path: PathBuf,
     kept: Option<File>,
     buf: Vec<u8>,
+    /// That the directory was absent, while nothing could have created it.
+    absence: Memo,
 }
 
 /// One entry of a listing, as getdents64 reports it.
@@ -664,6 +680,7 @@ impl Dir {
             path,
             kept: None,
             buf: Vec::new(),
+            absence: Memo::default(),
         }
     }
 
@@ -677,16 +694,30 @@ impl Dir {
         self.list_entries(|e| each(e.name))
     }
 
+    /// Every entry's name, sorted as Go's `os.ReadDir` sorts them (the
+    /// order node_exporter reports class devices in); none when the
+    /// directory is absent.
+    pub fn sorted_names(&mut self) -> Result<Vec<String>, CollectError> {
+        let mut names = Vec::new();
+        self.list(|name| names.push(name.to_owned()))?;
+        names.sort();
+        Ok(names)
+    }
+
     /// As [`Dir::list`], with each entry's inode and type.
     pub fn list_entries(
         &mut self,
         each: impl FnMut(RawDirEntry<'_>),
     ) -> Result<bool, CollectError> {
+        if self.absence.still_absent() {
+            return Ok(false);
+        }
         let (f, fresh) = match self.kept.take() {
             Some(f) => (f, false),
             None => match open_dir(&self.path) {
                 Ok(f) => (f, true),
                 Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                    self.absence.absent(&self.path);
                     return Ok(false);
                 }
                 Err(e) => return Err(CollectError::io(&self.path, e)),
@@ -695,6 +726,7 @@ impl Dir {
         use std::os::fd::AsRawFd;
         list_fd_entries(f.as_raw_fd(), &mut self.buf, each)
             .map_err(|e| CollectError::io(&self.path, e))?;
+        self.absence.present();
         // A kept descriptor was on procfs/sysfs when it was opened.
         if !fresh || is_kernel_fs(&f) {
             self.kept = Some(f);
@@ -715,8 +747,13 @@ pub fn is_procfs(path: &Path) -> bool {
     fs_magic(path) == Some(PROC_SUPER_MAGIC)
 }
 
+/// Whether a statfs `f_type` is procfs's or sysfs's.
+pub fn is_kernel_fs_magic(magic: i64) -> bool {
+    magic == PROC_SUPER_MAGIC || magic == SYSFS_MAGIC
+}
+
 /// statfs's `f_type` of the filesystem holding `path`.
-fn fs_magic(path: &Path) -> Option<i64> {
+pub fn fs_magic(path: &Path) -> Option<i64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statfs is plain C data; all-zero is a valid value.
@@ -822,10 +859,7 @@ fn is_kernel_fs(f: &File) -> bool {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs writes into the struct we own; the fd is valid for the call.
     let rc = unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) };
-    rc == 0 && {
-        let magic = st.f_type as i64;
-        magic == PROC_SUPER_MAGIC || magic == SYSFS_MAGIC
-    }
+    rc == 0 && { is_kernel_fs_magic(st.f_type as i64) }
 }
 
 #[cfg(test)]

@@ -16,10 +16,11 @@
 //! file. Without bcache a scrape costs one failed directory open.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use crate::source::Dir;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, sorted_names};
+use crate::collectors::sysfs::Families;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -302,14 +303,14 @@ const READAHEADS: (&str, &str, &str) = (
 );
 
 pub struct BcacheCollector {
-    root: PathBuf,
+    root: Dir,
     priority_stats: bool,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(BcacheCollector {
-        root: s.sysfs.join("fs/bcache"),
+        root: Dir::new(&s.sysfs, "fs/bcache"),
         priority_stats: s.switch(PRIORITY_STATS),
         families: Families::default(),
     })
@@ -322,7 +323,7 @@ impl BcacheCollector {
     }
 
     fn read_set(&mut self, uuid: &str) -> Result<(), CollectError> {
-        let dir = self.root.join(uuid);
+        let dir = self.root.path().join(uuid);
         let set = [("uuid", uuid)];
         for (file, family, help, kind) in SET_VALUES {
             let v = value(&dir.join(file))?;
@@ -383,7 +384,7 @@ impl BcacheCollector {
 impl Collector for BcacheCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = sorted_names(&self.root).and_then(|names| {
+        let read = self.root.sorted_names().and_then(|names| {
             names
                 .iter()
                 // Go's `*-*` glob: cache-set UUIDs (not `register`).

@@ -20,6 +20,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::absence;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, sanitize_metric_name};
 use crate::collectors::{Parser, Settings, Source, Spec};
@@ -277,12 +278,15 @@ fn entries(dir: &Path, dirs: bool) -> Result<Vec<String>, CollectError> {
 
 pub struct BcachefsCollector {
     root: PathBuf,
+    /// That `root` was absent (no bcachefs), until something may have added it.
+    presence: absence::Memo,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(BcachefsCollector {
         root: s.sysfs.join("fs/bcachefs"),
+        presence: absence::Memo::default(),
         families: Families::default(),
     })
 }
@@ -370,6 +374,9 @@ impl BcachefsCollector {
 impl Collector for BcachefsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
+        if matches!(self.presence.exists(&self.root), Ok(false)) {
+            return Ok(());
+        }
         let read = entries(&self.root, true)
             .and_then(|names| names.iter().try_for_each(|n| self.read_fs(n)));
         self.families.write_or_discard(enc, read)

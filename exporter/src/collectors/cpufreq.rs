@@ -32,6 +32,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use crate::absence;
 use crate::collector::Collector;
 use crate::collectors::cpu::parse_cpu_range_into;
 use crate::collectors::sysfs::{Families, read_raw, read_trimmed};
@@ -174,6 +175,8 @@ pub struct CpufreqCollector {
     listing: DirListing,
     offline_file: SourceFile,
     offline: Vec<u32>,
+    /// Per CPU directory name: that its `cpufreq` was absent (no driver).
+    freq_absent: std::collections::HashMap<String, absence::Memo>,
     families: Families,
 }
 
@@ -183,6 +186,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         listing: DirListing::default(),
         offline_file: SourceFile::small(&s.sysfs, "devices/system/cpu/offline"),
         offline: Vec::new(),
+        freq_absent: Default::default(),
         families: Families::default(),
     })
 }
@@ -253,10 +257,12 @@ impl Collector for CpufreqCollector {
         .is_some();
         for (dir, cpu) in self.cpus()? {
             let freq_dir = dir.join("cpufreq");
-            match std::fs::metadata(&freq_dir) {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(CollectError::io(&freq_dir, e)),
+            let memo = self.freq_absent.entry(cpu.clone()).or_default();
+            if !memo
+                .exists(&freq_dir)
+                .map_err(|e| CollectError::io(&freq_dir, e))?
+            {
+                continue;
             }
             let labels = [("cpu", cpu.as_str())];
             for (file, family) in UINT_FILES {

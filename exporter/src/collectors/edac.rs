@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::absence;
 use crate::collector::Collector;
 use crate::collectors::sysfs::Families;
 use crate::collectors::textfile::glob;
@@ -97,12 +98,15 @@ fn number(path: &str, prefix: &str) -> String {
 
 pub struct EdacCollector {
     mc: PathBuf,
+    /// That `mc` was absent (no EDAC), until something may have added it.
+    presence: absence::Memo,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(EdacCollector {
         mc: s.sysfs.join("devices/system/edac/mc"),
+        presence: absence::Memo::default(),
         families: Families::default(),
     })
 }
@@ -113,6 +117,9 @@ impl EdacCollector {
         let mut push = |(name, help): (&str, &str), labels: &[(&'static str, &str)], v: u64| {
             f.push(name, help, MetricType::Counter, labels, v as f64);
         };
+        if matches!(self.presence.exists(&self.mc), Ok(false)) {
+            return Ok(());
+        }
         for mc in glob(&format!("{}/mc[0-9]*", self.mc.display())).unwrap_or_default() {
             let ctl = number(&mc, "mc");
             let dir = Path::new(&mc);

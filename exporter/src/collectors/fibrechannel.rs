@@ -13,10 +13,10 @@
 //! open.
 
 use std::io;
-use std::path::PathBuf;
 
+use crate::source::Dir;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
+use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -81,20 +81,20 @@ pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
 }
 
 pub struct FibreChannelCollector {
-    class: PathBuf,
+    class: Dir,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(FibreChannelCollector {
-        class: s.sysfs.join("class/fc_host"),
+        class: Dir::new(&s.sysfs, "class/fc_host"),
         families: Families::default(),
     })
 }
 
 impl FibreChannelCollector {
     fn read_host(&mut self, host: &str) -> Result<(), CollectError> {
-        let dir = self.class.join(host);
+        let dir = self.class.path().join(host);
         let mut values: Vec<String> = Vec::with_capacity(ATTRIBUTES.len());
         for (_, file, strip) in ATTRIBUTES {
             let path = dir.join(file);
@@ -139,7 +139,7 @@ impl FibreChannelCollector {
 impl Collector for FibreChannelCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = sorted_names(&self.class)
+        let read = self.class.sorted_names()
             .and_then(|hosts| hosts.iter().try_for_each(|h| self.read_host(h)));
         self.families.write_or_discard(enc, read)
     }

@@ -16,13 +16,14 @@
 //! devices by name. Without InfiniBand a scrape costs one failed open.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use regex::Regex;
 
+use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::hwmon::ignored;
-use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
+use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -272,7 +273,7 @@ fn regular_files(dir: &Path) -> Result<Vec<String>, CollectError> {
 }
 
 pub struct InfiniBandCollector {
-    class: PathBuf,
+    class: Dir,
     include: Option<Regex>,
     exclude: Option<Regex>,
     families: Families,
@@ -280,7 +281,7 @@ pub struct InfiniBandCollector {
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(InfiniBandCollector {
-        class: s.sysfs.join("class/infiniband"),
+        class: Dir::new(&s.sysfs, "class/infiniband"),
         include: s.regex(INCLUDE).cloned(),
         exclude: s.regex(EXCLUDE).cloned(),
         families: Families::default(),
@@ -289,7 +290,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl InfiniBandCollector {
     fn read_device(&mut self, name: &str) -> Result<(), CollectError> {
-        let dir = self.class.join(name);
+        let dir = self.class.path().join(name);
         let firmware = required(&dir.join("fw_ver"))?;
         let board = optional(&dir.join("board_id"))?;
         let hca = optional(&dir.join("hca_type"))?;
@@ -375,7 +376,7 @@ impl InfiniBandCollector {
 impl Collector for InfiniBandCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = sorted_names(&self.class).and_then(|names| {
+        let read = self.class.sorted_names().and_then(|names| {
             names.iter().try_for_each(|n| {
                 if ignored(self.include.as_ref(), self.exclude.as_ref(), n) {
                     return Ok(());

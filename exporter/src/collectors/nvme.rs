@@ -9,11 +9,12 @@
 //! cannot be read fails the collector; a count that is not a number counts
 //! as 0; sizes are blocks × logical block size.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use regex::Regex;
 
+use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
 use crate::collectors::{Parser, Settings, Source, Spec};
@@ -81,13 +82,13 @@ fn blocks(path: &Path) -> Result<u64, CollectError> {
 }
 
 pub struct NvmeCollector {
-    class: PathBuf,
+    class: Dir,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(NvmeCollector {
-        class: s.sysfs.join("class/nvme"),
+        class: Dir::new(&s.sysfs, "class/nvme"),
         families: Families::default(),
     })
 }
@@ -99,7 +100,7 @@ impl NvmeCollector {
             f.push(name, help, MetricType::Gauge, labels, v);
         };
         for dev in devices {
-            let dir = self.class.join(&dev);
+            let dir = self.class.path().join(&dev);
             let firmware = attr(&dir.join("firmware_rev"))?;
             let model = attr(&dir.join("model"))?;
             let serial = attr(&dir.join("serial"))?;
@@ -151,7 +152,7 @@ impl NvmeCollector {
 impl Collector for NvmeCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = sorted_names(&self.class).and_then(|devices| self.read(devices));
+        let read = self.class.sorted_names().and_then(|devices| self.read(devices));
         self.families.write_or_discard(enc, read)
     }
 }

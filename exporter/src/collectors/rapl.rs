@@ -24,6 +24,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::absence;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, sanitize_metric_name};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
@@ -96,6 +97,8 @@ fn error(path: &Path, e: io::Error) -> CollectError {
 
 pub struct RaplCollector {
     class: PathBuf,
+    /// That `class` was absent (no powercap), until something may have added it.
+    presence: absence::Memo,
     zone_label: bool,
     families: Families,
 }
@@ -103,6 +106,7 @@ pub struct RaplCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(RaplCollector {
         class: s.sysfs.join("class/powercap"),
+        presence: absence::Memo::default(),
         zone_label: s.switch(ZONE_LABEL),
         families: Families::default(),
     })
@@ -111,6 +115,9 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 impl RaplCollector {
     /// Reads every zone; `Ok(false)`: a permission error, no data.
     fn read(&mut self) -> Result<bool, CollectError> {
+        if matches!(self.presence.exists(&self.class), Ok(false)) {
+            return Ok(true);
+        }
         let mut dirs: Vec<String> = match std::fs::read_dir(&self.class) {
             Ok(entries) => entries
                 .filter_map(Result::ok)

@@ -13,12 +13,12 @@
 //! out by name. Without tape drives a scrape costs one failed open.
 
 use std::io;
-use std::path::PathBuf;
 
 use regex::Regex;
 
+use crate::source::Dir;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
+use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -83,14 +83,14 @@ fn is_drive(name: &str) -> bool {
 }
 
 pub struct TapestatsCollector {
-    class: PathBuf,
+    class: Dir,
     ignored: Option<Regex>,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(TapestatsCollector {
-        class: s.sysfs.join("class/scsi_tape"),
+        class: Dir::new(&s.sysfs, "class/scsi_tape"),
         ignored: s.regex(IGNORED).cloned(),
         families: Families::default(),
     })
@@ -98,7 +98,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl TapestatsCollector {
     fn read_drive(&mut self, name: &str) -> Result<(), CollectError> {
-        let stats = self.class.join(name).join("stats");
+        let stats = self.class.path().join(name).join("stats");
         if !stats.is_dir() {
             return Err(CollectError::other(&stats, "no stats directory"));
         }
@@ -130,7 +130,7 @@ impl TapestatsCollector {
 impl Collector for TapestatsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = sorted_names(&self.class).and_then(|names| {
+        let read = self.class.sorted_names().and_then(|names| {
             names.iter().filter(|n| is_drive(n)).try_for_each(|n| {
                 if self.ignored.as_ref().is_some_and(|r| r.is_match(n)) {
                     return Ok(());

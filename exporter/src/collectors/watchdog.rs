@@ -15,10 +15,11 @@
 //! watchdog. Without watchdog devices a scrape costs one directory read.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use crate::source::Dir;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
+use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -115,20 +116,20 @@ fn attribute(path: &Path) -> Result<Option<String>, CollectError> {
 }
 
 pub struct WatchdogCollector {
-    class: PathBuf,
+    class: Dir,
     families: Families,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(WatchdogCollector {
-        class: s.sysfs.join("class/watchdog"),
+        class: Dir::new(&s.sysfs, "class/watchdog"),
         families: Families::default(),
     })
 }
 
 impl WatchdogCollector {
     fn read_device(&mut self, name: &str) -> Result<(), CollectError> {
-        let dir = self.class.join(name);
+        let dir = self.class.path().join(name);
         for (file, family, help) in INTEGERS {
             let path = dir.join(file);
             if let Some(text) = attribute(&path)? {
@@ -153,7 +154,7 @@ impl WatchdogCollector {
 impl Collector for WatchdogCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = sorted_names(&self.class)
+        let read = self.class.sorted_names()
             .and_then(|names| names.iter().try_for_each(|n| self.read_device(n)));
         self.families.write_or_discard(enc, read)
     }

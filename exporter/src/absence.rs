@@ -1,0 +1,212 @@
+//! Remembering that a kernel file is absent, until the kernel could have
+//! created it.
+//!
+//! Most hosts lack most optional sources (no md RAID, no IPVS, no NFS, no
+//! InfiniBand, no ZFS), and a scrape used to look each of them up again:
+//! about 23 failed path walks on the development VM, ~100 µs of a cold
+//! scrape (BENCHMARKS.md). A file in procfs or sysfs does not appear on its
+//! own, though. It appears when a module is loaded, a device or class is
+//! registered, a CPU comes online, or something is mounted; the first four
+//! send a kernel uevent, which advances the global counter in
+//! `/sys/kernel/uevent_seqnum` (a module's uevent is sent after its init
+//! function has created its files), and a mount is an event on
+//! `/proc/self/mountinfo` that poll() reports.
+//!
+//! So the [`Watch`] reads that counter and polls mountinfo once per scrape,
+//! and advances a process-wide epoch when either moved. A [`Memo`] records
+//! the epoch at which its path was absent; while the epoch stays the same,
+//! the path is still absent and is not looked up. The epoch also advances
+//! at least every [`RECHECK_AT_LEAST_EVERY`], so an appearance that neither
+//! signal covers is seen within that time at worst.
+//!
+//! Only paths on a real procfs or sysfs are remembered. A fixture tree (or
+//! any ordinary directory) can gain a file at any moment without telling
+//! anyone, so there every read looks the path up, as before. Without a
+//! readable counter nothing is remembered either: the epoch then advances
+//! at every scrape.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The longest an absent path goes without a fresh lookup.
+pub const RECHECK_AT_LEAST_EVERY: Duration = Duration::from_secs(300);
+
+/// 0 until a [`Watch`] exists: nothing is remembered then (unit tests and
+/// tools that run collectors without a scraper).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn current() -> u64 {
+    EPOCH.load(Ordering::Acquire)
+}
+
+/// Per-path memory of an absence. Reads call [`Memo::still_absent`] before
+/// looking the path up and [`Memo::absent`] when the lookup found nothing.
+#[derive(Debug, Default)]
+pub struct Memo {
+    absent_at: Option<u64>,
+    /// Whether the path lies on procfs or sysfs, decided once.
+    on_kernel_fs: Option<bool>,
+}
+
+impl Memo {
+    /// The path was absent and nothing since could have created it.
+    pub fn still_absent(&self) -> bool {
+        self.absent_at.is_some_and(|at| at == current())
+    }
+
+    /// A lookup of `path` found nothing (ENOENT or ENOTDIR).
+    pub fn absent(&mut self, path: &Path) {
+        let epoch = current();
+        if epoch == 0 {
+            return;
+        }
+        let on_kernel_fs = *self
+            .on_kernel_fs
+            .get_or_insert_with(|| nearest_existing_on_kernel_fs(path));
+        self.absent_at = on_kernel_fs.then_some(epoch);
+    }
+
+    /// The path was found.
+    pub fn present(&mut self) {
+        self.absent_at = None;
+    }
+
+    /// Whether `path` exists (stat), without a lookup while it is known to
+    /// be absent. Errors other than ENOENT and ENOTDIR are returned.
+    pub fn exists(&mut self, path: &Path) -> std::io::Result<bool> {
+        if self.still_absent() {
+            return Ok(false);
+        }
+        match std::fs::metadata(path) {
+            Ok(_) => {
+                self.present();
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                self.absent(path);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Whether the closest existing ancestor of `path` is on procfs or sysfs.
+fn nearest_existing_on_kernel_fs(path: &Path) -> bool {
+    path.ancestors()
+        .skip(1)
+        .find_map(crate::source::fs_magic)
+        .is_some_and(crate::source::is_kernel_fs_magic)
+}
+
+/// The two signals that something may have appeared.
+pub struct Watch {
+    /// `<sysfs>/kernel/uevent_seqnum`, when sysfs is real.
+    seqnum: Option<File>,
+    /// `<procfs>/self/mountinfo`, polled for POLLPRI.
+    mounts: Option<File>,
+    last_seqnum: Option<u64>,
+    last_advance: Instant,
+    buf: [u8; 32],
+}
+
+impl Watch {
+    /// Opens both signals under the configured roots and starts the epoch.
+    /// Either may be missing; without the counter, nothing is remembered.
+    pub fn new(procfs: &Path, sysfs: &Path) -> Watch {
+        let seqnum = crate::source::is_sysfs(sysfs)
+            .then(|| File::open(sysfs.join("kernel/uevent_seqnum")).ok())
+            .flatten();
+        let mounts = crate::source::is_procfs(procfs)
+            .then(|| File::open(procfs.join("self/mountinfo")).ok())
+            .flatten();
+        if seqnum.is_none() {
+            tracing::debug!(
+                "no readable {}/kernel/uevent_seqnum: absent sources are looked up at every scrape",
+                sysfs.display()
+            );
+        }
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+        Watch {
+            seqnum,
+            mounts,
+            last_seqnum: None,
+            last_advance: Instant::now(),
+            buf: [0; 32],
+        }
+    }
+
+    /// Called at the start of every scrape: advances the epoch if a uevent
+    /// was sent, the mount table changed, the counter cannot be read, or
+    /// [`RECHECK_AT_LEAST_EVERY`] has passed.
+    pub fn refresh(&mut self) {
+        let seqnum = self.read_seqnum();
+        let mounted = self.mount_table_changed();
+        let unchanged = seqnum.is_some() && seqnum == self.last_seqnum;
+        if !unchanged || mounted || self.last_advance.elapsed() >= RECHECK_AT_LEAST_EVERY {
+            EPOCH.fetch_add(1, Ordering::AcqRel);
+            self.last_advance = Instant::now();
+        }
+        self.last_seqnum = seqnum;
+    }
+
+    fn read_seqnum(&mut self) -> Option<u64> {
+        let n = self.seqnum.as_ref()?.read_at(&mut self.buf, 0).ok()?;
+        std::str::from_utf8(&self.buf[..n])
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// POLLPRI on mountinfo: the mount namespace changed since the last
+    /// poll (the kernel clears the mark as it reports it).
+    fn mount_table_changed(&self) -> bool {
+        let Some(f) = &self.mounts else {
+            return false;
+        };
+        let mut p = libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one pollfd we own; timeout 0 does not block.
+        let rc = unsafe { libc::poll(&mut p, 1, 0) };
+        rc != 0 && (rc < 0 || p.revents & (libc::POLLPRI | libc::POLLERR) != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One test, not several: the epoch is process-wide, and a Watch made
+    /// by a test running in parallel would move it.
+    #[test]
+    fn remembers_kernel_paths_only_and_forgets_when_the_epoch_moves() {
+        let mut watch = Watch::new(Path::new("/proc"), Path::new("/sys"));
+        let dir = tempfile::tempdir().unwrap();
+        let mut ordinary = Memo::default();
+        ordinary.absent(&dir.path().join("a/b"));
+        assert!(!ordinary.still_absent());
+
+        let mut kernel = Memo::default();
+        kernel.absent(Path::new("/proc/no-such-source/x"));
+        assert!(kernel.still_absent());
+        // A fresh Watch sees the counter for the first time: it advances.
+        watch.refresh();
+        assert!(!kernel.still_absent());
+        kernel.absent(Path::new("/proc/no-such-source/x"));
+        kernel.present();
+        assert!(!kernel.still_absent());
+    }
+}

@@ -1,0 +1,109 @@
+//! Absent sources are remembered until the kernel could have created them
+//! (exporter/src/absence.rs): a source that appears must still be seen.
+//! Both signals are exercised for real, as root: a uevent (written to a
+//! device's `uevent` file) and a mount.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use usescope::absence::{Memo, Watch};
+
+fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The library side: a uevent moves the epoch, so the memo forgets. Without
+/// one, the memo holds (retried: another process may send a uevent at any
+/// moment, but not at every one of ten).
+#[test]
+fn a_uevent_makes_absent_paths_be_looked_up_again() {
+    if !common::skip::unless_root("to send a uevent (write /sys/class/net/lo/uevent)") {
+        return;
+    }
+    let mut watch = Watch::new(Path::new("/proc"), Path::new("/sys"));
+    watch.refresh();
+    let path = Path::new("/sys/class/usescope-test-absent");
+    let mut memo = Memo::default();
+    let held = (0..10).any(|_| {
+        memo.absent(path);
+        watch.refresh();
+        memo.still_absent()
+    });
+    assert!(held, "the memo never held across a quiet scrape");
+
+    memo.absent(path);
+    std::fs::write("/sys/class/net/lo/uevent", "change").unwrap();
+    watch.refresh();
+    assert!(
+        !memo.still_absent(),
+        "a uevent was sent, yet the absent path is still taken as absent"
+    );
+}
+
+/// The daemon side: bcache's sysfs root is absent from a real sysfs, and
+/// is remembered as absent; a tmpfs mounted over `fs/` with a bcache tree
+/// in it must be reported at the next scrape.
+#[test]
+fn a_source_that_a_mount_brings_is_reported_at_the_next_scrape() {
+    if !common::skip::unless_root("to mount sysfs and tmpfs") {
+        return;
+    }
+    let root = common::temp_dir();
+    let sys = root.path().join("sys");
+    std::fs::create_dir(&sys).unwrap();
+    run("mount", &["-t", "sysfs", "sysfs", sys.to_str().unwrap()]);
+    let _unmount = Unmount(vec![sys.clone()]);
+    assert!(
+        !sys.join("fs/bcache").exists(),
+        "this kernel has bcache: the test needs a source it lacks"
+    );
+
+    let d = common::Daemon::start(&[
+        "--collector.disable-defaults",
+        "--collector.bcache",
+        &format!("--path.sysfs={}", sys.display()),
+    ]);
+    for _ in 0..3 {
+        let text = d.scrape();
+        assert!(
+            !text.contains("node_bcache_"),
+            "bcache reported before it exists"
+        );
+        assert_eq!(
+            common::sample(
+                &text,
+                r#"node_scrape_collector_success{collector="bcache"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    let fs = sys.join("fs");
+    run("mount", &["-t", "tmpfs", "tmpfs", fs.to_str().unwrap()]);
+    let _unmount_fs = Unmount(vec![fs.clone()]);
+    common::copy_dir(&common::fixture("sys/fs/bcache"), &fs.join("bcache"));
+
+    let text = d.scrape();
+    assert!(
+        text.contains("node_bcache_"),
+        "bcache appeared with a mount, but the next scrape did not report it"
+    );
+}
+
+/// Unmounts (lazily, innermost first) when the test ends, pass or fail.
+struct Unmount(Vec<std::path::PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(p).status();
+        }
+    }
+}
