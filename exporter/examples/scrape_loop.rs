@@ -22,6 +22,11 @@ fn main() {
         .map(|a| a.split(',').map(str::to_string).collect());
     let settings = Settings::with_roots(procfs, "/sys");
     let mut scraper = Scraper::new(SelfMetrics::new());
+    // As the daemon does: absent sources are not looked up on every scrape.
+    scraper.watch_for_appearing_sources(usescope::absence::Watch::new(
+        &settings.procfs,
+        &settings.sysfs,
+    ));
     let enabled = |name: &str, default: bool| match &only {
         Some(list) => list.iter().any(|n| n == name),
         None => default,
