@@ -13,18 +13,19 @@
 //! digit after the point is tenths of 1024) or plain integers, read as
 //! procfs' `dehumanize` reads them. A value file that is absent counts 0,
 //! as in procfs; one that does not parse fails the collector naming the
-//! file. Without bcache a scrape costs one failed directory open.
+//! file. Without bcache a scrape looks the directory up only
+//! after a uevent or a mount (absence.rs).
 
 use std::io;
 use std::path::Path;
 
-use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::sysfs::Families;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{lines, parse_fresh};
+use crate::source::Dir;
 
 pub const PRIORITY_STATS: &str = "collector.bcache.priorityStats";
 

@@ -14,8 +14,8 @@
 //! Sizes use bcachefs' one-letter units (`k`, `M`, `G`, `T`, `P`, `E`,
 //! powers of 1024), read as procfs reads them. A file that is absent
 //! leaves its families out; one that does not parse fails the collector
-//! naming the file and line. Without bcachefs a scrape costs one failed
-//! directory open.
+//! naming the file and line. Without bcachefs a scrape looks the directory up
+//! only after a uevent or a mount (absence.rs).
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -16,7 +16,8 @@
 //! with `device` only.
 //!
 //! With btrfs built in but nothing mounted, a scrape lists one directory
-//! of one entry (`features`); without btrfs, it is one failed open.
+//! of one entry (`features`); without btrfs, nothing (the absence is
+//! remembered until a uevent or a mount: absence.rs).
 //! mountinfo is read only when a btrfs filesystem is there.
 
 use std::os::unix::ffi::OsStrExt;

@@ -9,18 +9,18 @@
 //! `0xffffffffffffffff` is one the HBA firmware does not implement and
 //! has no series, as in node_exporter. A missing attribute is an empty
 //! label; a missing counter has no series (node_exporter dereferences a
-//! nil pointer and crashes there). Without FC a scrape costs one failed
-//! open.
+//! nil pointer and crashes there). Without FC a scrape looks the class up only
+//! after a uevent or a mount (absence.rs).
 
 use std::io;
 
-use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{go_u64_field, parse_fresh, single_field};
+use crate::source::Dir;
 
 pub const SPEC: Spec = Spec {
     name: "fibrechannel",

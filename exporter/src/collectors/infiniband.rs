@@ -13,14 +13,14 @@
 //! unknown counters are read but not exported.
 //!
 //! `--collector.infiniband.device-include` / `device-exclude` filter
-//! devices by name. Without InfiniBand a scrape costs one failed open.
+//! devices by name. Without InfiniBand a scrape looks the class up
+//! only after a uevent or a mount (absence.rs).
 
 use std::io;
 use std::path::Path;
 
 use regex::Regex;
 
-use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::hwmon::ignored;
 use crate::collectors::sysfs::{Families, read_trimmed};
@@ -29,6 +29,7 @@ use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
 use crate::error::excerpt;
 use crate::parse::{go_u64_field, parse_fresh, u64_field};
+use crate::source::Dir;
 
 pub const INCLUDE: &str = "collector.infiniband.device-include";
 pub const EXCLUDE: &str = "collector.infiniband.device-exclude";

@@ -3,8 +3,8 @@
 //! procfs's `nfs.ParseClientRPCStats`).
 //!
 //! The file exists once the kernel's NFS client (module `nfs`) is loaded;
-//! without it the collector emits nothing and succeeds, at the cost of one
-//! failed open. Retransmissions over RPCs is the client's error rate: a
+//! without it the collector emits nothing and succeeds, looking the file up
+//! again only after a uevent or a mount (absence.rs). Retransmissions over RPCs is the client's error rate: a
 //! server or network that drops requests shows here before anything
 //! times out.
 //!

@@ -3,8 +3,8 @@
 //! procfs's `nfs.ParseServerRPCStats`).
 //!
 //! The file exists once the kernel NFS server (module `nfsd`) is loaded;
-//! without it the collector emits nothing and succeeds, at the cost of one
-//! failed open. For the USE method: `server_threads` is the server's
+//! without it the collector emits nothing and succeeds, looking the file up
+//! again only after a uevent or a mount (absence.rs). For the USE method: `server_threads` is the server's
 //! capacity, `rpc_errors_total` (bad format, bad authentication, bad
 //! client) its errors, and `requests_total` by operation its load.
 

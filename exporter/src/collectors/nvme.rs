@@ -14,13 +14,13 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{parse_fresh, single_field, u64_field};
+use crate::source::Dir;
 
 pub const SPEC: Spec = Spec {
     name: "nvme",

@@ -19,7 +19,7 @@
 //! CVE-2020-8694). When it cannot be read for lack of permission the
 //! collector writes nothing, as node_exporter does. `max_energy_range_uj`
 //! must be an unsigned integer (procfs fails without it). Without powercap
-//! a scrape costs one failed directory open.
+//! a scrape looks the class up only after a uevent or a mount (absence.rs).
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -16,7 +16,8 @@
 //! /sys/fs/selinux and /etc/selinux/config, usescope reads them under
 //! `--path.sysfs` and `--path.rootfs`, so a containerised usescope with the
 //! host's trees mounted reports the host (docs/collectors/selinux.md). On
-//! a host without SELinux a scrape costs one failed open.
+//! a host without SELinux a scrape looks the file up only after a uevent
+//! or a mount (absence.rs).
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};

@@ -10,19 +10,20 @@
 //! parse fails the collector naming the file (node_exporter panics on it).
 //!
 //! `--collector.tapestats.ignored-devices` (default `^$`) leaves drives
-//! out by name. Without tape drives a scrape costs one failed open.
+//! out by name. Without tape drives a scrape looks the class up
+//! only after a uevent or a mount (absence.rs).
 
 use std::io;
 
 use regex::Regex;
 
-use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{go_u64_field, parse_fresh, single_field};
+use crate::source::Dir;
 
 pub const IGNORED: &str = "collector.tapestats.ignored-devices";
 

@@ -17,13 +17,13 @@
 use std::io;
 use std::path::Path;
 
-use crate::source::Dir;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{go_i64_field, parse_fresh, single_field};
+use crate::source::Dir;
 
 pub const SPEC: Spec = Spec {
     name: "watchdog",

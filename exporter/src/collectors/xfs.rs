@@ -6,7 +6,8 @@
 //! after its block device (`sda1`, `dm-0`, `loop0`); /sys/fs/xfs/stats is
 //! the sum over all of them, which node_exporter does not read and neither
 //! does this. With XFS built in but nothing mounted, a scrape lists a
-//! directory of one entry; without XFS, it is one failed open.
+//! directory of one entry; without XFS, nothing (the absence is
+//! remembered until a uevent or a mount: absence.rs).
 //!
 //! The file's lines are a key and the counters of that group
 //! (`extent_alloc 181 4302 1 1`); the kernel sums 32-bit per-CPU counters

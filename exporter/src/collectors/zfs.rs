@@ -13,8 +13,8 @@
 //!   DEGRADED pool is still serving but has lost redundancy: the USE
 //!   method's error signal for storage.
 //!
-//! Without the zfs module there is no /proc/spl/kstat/zfs: one failed open
-//! per scrape, no series.
+//! Without the zfs module there is no /proc/spl/kstat/zfs: no series, and
+//! the directory is looked up only after a uevent or a mount (absence.rs).
 
 use std::path::{Path, PathBuf};
 
