@@ -19,16 +19,18 @@
 //! at least every [`RECHECK_AT_LEAST_EVERY`], so an appearance that neither
 //! signal covers is seen within that time at worst.
 //!
-//! Only paths on a real procfs or sysfs are remembered. A fixture tree (or
-//! any ordinary directory) can gain a file at any moment without telling
-//! anyone, so there every read looks the path up, as before. Without a
+//! Only paths under a `--path.procfs` or `--path.sysfs` root that is a real
+//! procfs or sysfs are remembered. A fixture tree (or any ordinary
+//! directory) can gain a file at any moment without telling anyone, so
+//! there every read looks the path up, as before. Without a
 //! readable counter nothing is remembered either: the epoch then advances
 //! at every scrape.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -48,7 +50,7 @@ fn current() -> u64 {
 #[derive(Debug, Default)]
 pub struct Memo {
     absent_at: Option<u64>,
-    /// Whether the path lies on procfs or sysfs, decided once.
+    /// Whether the path lies under a real procfs or sysfs root, decided once.
     on_kernel_fs: Option<bool>,
 }
 
@@ -66,7 +68,7 @@ impl Memo {
         }
         let on_kernel_fs = *self
             .on_kernel_fs
-            .get_or_insert_with(|| nearest_existing_on_kernel_fs(path));
+            .get_or_insert_with(|| under_kernel_root(path));
         self.absent_at = on_kernel_fs.then_some(epoch);
     }
 
@@ -100,12 +102,26 @@ impl Memo {
     }
 }
 
-/// Whether the closest existing ancestor of `path` is on procfs or sysfs.
-fn nearest_existing_on_kernel_fs(path: &Path) -> bool {
-    path.ancestors()
-        .skip(1)
-        .find_map(crate::source::fs_magic)
-        .is_some_and(crate::source::is_kernel_fs_magic)
+/// The configured procfs and sysfs roots that are a real procfs or sysfs
+/// (checked once, by [`Watch::new`]).
+static KERNEL_ROOTS: RwLock<Vec<PathBuf>> = RwLock::new(Vec::new());
+
+/// Whether `path` lies under a real procfs or sysfs root. Decided by the
+/// path, not by a statfs() of its ancestors: a statfs on a stuck FUSE
+/// mount would not return.
+fn under_kernel_root(path: &Path) -> bool {
+    KERNEL_ROOTS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|root| path.starts_with(root))
+}
+
+fn add_kernel_root(root: &Path) {
+    let mut roots = KERNEL_ROOTS.write().unwrap_or_else(|e| e.into_inner());
+    if !roots.iter().any(|r| r == root) {
+        roots.push(root.to_path_buf());
+    }
 }
 
 /// The two signals that something may have appeared.
@@ -123,12 +139,20 @@ impl Watch {
     /// Opens both signals under the configured roots and starts the epoch.
     /// Either may be missing; without the counter, nothing is remembered.
     pub fn new(procfs: &Path, sysfs: &Path) -> Watch {
-        let seqnum = crate::source::is_sysfs(sysfs)
+        let real_sysfs = crate::source::is_sysfs(sysfs);
+        let real_procfs = crate::source::is_procfs(procfs);
+        let seqnum = real_sysfs
             .then(|| File::open(sysfs.join("kernel/uevent_seqnum")).ok())
             .flatten();
-        let mounts = crate::source::is_procfs(procfs)
+        let mounts = real_procfs
             .then(|| File::open(procfs.join("self/mountinfo")).ok())
             .flatten();
+        if real_sysfs {
+            add_kernel_root(sysfs);
+        }
+        if real_procfs {
+            add_kernel_root(procfs);
+        }
         if seqnum.is_none() {
             tracing::debug!(
                 "no readable {}/kernel/uevent_seqnum: absent sources are looked up at every scrape",

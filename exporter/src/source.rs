@@ -748,12 +748,12 @@ pub fn is_procfs(path: &Path) -> bool {
 }
 
 /// Whether a statfs `f_type` is procfs's or sysfs's.
-pub fn is_kernel_fs_magic(magic: i64) -> bool {
+fn is_kernel_fs_magic(magic: i64) -> bool {
     magic == PROC_SUPER_MAGIC || magic == SYSFS_MAGIC
 }
 
 /// statfs's `f_type` of the filesystem holding `path`.
-pub fn fs_magic(path: &Path) -> Option<i64> {
+fn fs_magic(path: &Path) -> Option<i64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statfs is plain C data; all-zero is a valid value.
@@ -859,7 +859,7 @@ fn is_kernel_fs(f: &File) -> bool {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs writes into the struct we own; the fd is valid for the call.
     let rc = unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) };
-    rc == 0 && { is_kernel_fs_magic(st.f_type as i64) }
+    rc == 0 && is_kernel_fs_magic(st.f_type as i64)
 }
 
 #[cfg(test)]
