@@ -173,12 +173,17 @@ impl Watch {
     /// was sent, the mount table changed, the counter cannot be read, or
     /// [`RECHECK_AT_LEAST_EVERY`] has passed.
     pub fn refresh(&mut self) {
+        self.refresh_at(Instant::now());
+    }
+
+    fn refresh_at(&mut self, now: Instant) {
         let seqnum = self.read_seqnum();
         let mounted = self.mount_table_changed();
         let unchanged = seqnum.is_some() && seqnum == self.last_seqnum;
-        if !unchanged || mounted || self.last_advance.elapsed() >= RECHECK_AT_LEAST_EVERY {
+        let overdue = now.saturating_duration_since(self.last_advance) >= RECHECK_AT_LEAST_EVERY;
+        if !unchanged || mounted || overdue {
             EPOCH.fetch_add(1, Ordering::AcqRel);
-            self.last_advance = Instant::now();
+            self.last_advance = now;
         }
         self.last_seqnum = seqnum;
     }
@@ -232,5 +237,22 @@ mod tests {
         kernel.absent(Path::new("/proc/no-such-source/x"));
         kernel.present();
         assert!(!kernel.still_absent());
+
+        // Without an event the memo holds (retried: a uevent from elsewhere
+        // on the host may land in any one attempt) until the recheck is
+        // due, and then it is forgotten whatever happened.
+        let start = Instant::now();
+        let held = (0..10).any(|_| {
+            kernel.absent(Path::new("/proc/no-such-source/x"));
+            watch.refresh_at(start);
+            kernel.still_absent()
+        });
+        assert!(held, "the memo never held across a quiet refresh");
+        kernel.absent(Path::new("/proc/no-such-source/x"));
+        watch.refresh_at(start + RECHECK_AT_LEAST_EVERY);
+        assert!(
+            !kernel.still_absent(),
+            "still remembered after the recheck was due"
+        );
     }
 }
