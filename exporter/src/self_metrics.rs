@@ -210,8 +210,8 @@ impl Default for SelfMetrics {
 /// the ~150 descriptors usescope keeps, 110–140 µs on the development VM).
 ///
 /// Since Linux 6.2, stat() of a `/proc/PID/fd` directory reports the open
-/// fd count as its size (one bitmap count in the kernel: 6 µs cold against
-/// 36 µs for the poll below, BENCHMARKS.md). The directory is opened once,
+/// fd count as its size (one bitmap count in the kernel: 4.6 µs cold against
+/// 13.5 µs for the poll below, by bench/cold-costs; BENCHMARKS.md). The directory is opened once,
 /// at start-up, before `--runtime.user` makes the process non-dumpable, and
 /// counted with fstat().
 ///
