@@ -19,28 +19,13 @@ wrapper script that execs usescope with --no-collector.NAME.
 import argparse
 import http.client
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
-
-def cpu_ns(pid):
-    total = 0
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass
-    return total
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from defaults import cpu_ns, free_port  # noqa: E402
 
 
 def scrape(conn):

@@ -50,8 +50,6 @@ fn current() -> u64 {
 #[derive(Debug, Default)]
 pub struct Memo {
     absent_at: Option<u64>,
-    /// Whether the path lies under a real procfs or sysfs root, decided once.
-    on_kernel_fs: Option<bool>,
 }
 
 impl Memo {
@@ -66,10 +64,7 @@ impl Memo {
         if epoch == 0 {
             return;
         }
-        let on_kernel_fs = *self
-            .on_kernel_fs
-            .get_or_insert_with(|| under_kernel_root(path));
-        self.absent_at = on_kernel_fs.then_some(epoch);
+        self.absent_at = under_kernel_root(path).then_some(epoch);
     }
 
     /// The path was found.

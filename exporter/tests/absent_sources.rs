@@ -59,7 +59,7 @@ fn a_source_that_a_mount_brings_is_reported_at_the_next_scrape() {
     let sys = root.path().join("sys");
     std::fs::create_dir(&sys).unwrap();
     run("mount", &["-t", "sysfs", "sysfs", sys.to_str().unwrap()]);
-    let _unmount = Unmount(vec![sys.clone()]);
+    let _unmount = Unmount(sys.clone());
     assert!(
         !sys.join("fs/bcache").exists(),
         "this kernel has bcache: the test needs a source it lacks"
@@ -87,7 +87,7 @@ fn a_source_that_a_mount_brings_is_reported_at_the_next_scrape() {
 
     let fs = sys.join("fs");
     run("mount", &["-t", "tmpfs", "tmpfs", fs.to_str().unwrap()]);
-    let _unmount_fs = Unmount(vec![fs.clone()]);
+    let _unmount_fs = Unmount(fs.clone());
     common::copy_dir(&common::fixture("sys/fs/bcache"), &fs.join("bcache"));
 
     let text = d.scrape();
@@ -97,13 +97,12 @@ fn a_source_that_a_mount_brings_is_reported_at_the_next_scrape() {
     );
 }
 
-/// Unmounts (lazily, innermost first) when the test ends, pass or fail.
-struct Unmount(Vec<std::path::PathBuf>);
+/// Unmounts (lazily) when the test ends, pass or fail. Declared inner
+/// mounts last, so they are dropped, and unmounted, first.
+struct Unmount(std::path::PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
-        for p in self.0.iter().rev() {
-            let _ = Command::new("umount").arg("-l").arg(p).status();
-        }
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }

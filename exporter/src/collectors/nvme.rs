@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed, sorted_names};
+use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -118,7 +118,7 @@ impl NvmeCollector {
                 ],
                 1.0,
             );
-            let entries = sorted_names(&dir)?;
+            let entries = Dir::at(dir.clone()).sorted_names()?;
             for entry in entries {
                 let Some(nsid) = namespace_pattern()
                     .captures(&entry)

@@ -95,31 +95,6 @@ pub fn sanitize_metric_name(name: &str) -> String {
     out
 }
 
-/// The names in a class directory (`class/watchdog`), sorted as Go's
-/// `os.ReadDir` sorts them; none when the directory does not exist (the
-/// kernel lacks the feature: one failed open).
-pub fn sorted_names(dir: &Path) -> Result<Vec<String>, CollectError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-            ) =>
-        {
-            return Ok(Vec::new());
-        }
-        Err(e) => return Err(CollectError::io(dir, e)),
-    };
-    let mut names = Vec::new();
-    for e in entries {
-        let e = e.map_err(|e| CollectError::io(dir, e))?;
-        names.push(e.file_name().to_string_lossy().into_owned());
-    }
-    names.sort();
-    Ok(names)
-}
-
 /// One sample of a family named at run time.
 struct Row {
     name: String,
