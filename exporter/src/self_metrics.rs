@@ -351,6 +351,28 @@ mod tests {
         assert!(parse_proc_self_stat("1 (x) S 1").is_none());
     }
 
+    /// The fd-counting tests change the process's fd table themselves (the
+    /// growth test opens files by the hundred), so they take turns; other
+    /// tests' opens are what the retries below are for.
+    static FD_TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn fd_table_turn() -> std::sync::MutexGuard<'static, ()> {
+        FD_TABLE.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `attempt` held at least once in 200 tries, 1 ms apart after
+    /// a failed one: other tests in this process open and close files at
+    /// any moment (hundreds at once under `cargo test`), so an exact
+    /// comparison needs a quiet moment, not a single try.
+    fn in_a_quiet_moment(mut attempt: impl FnMut() -> bool) -> bool {
+        (0..200).any(|_| {
+            attempt() || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        })
+    }
+
     /// A counter that counts by poll, as on kernels before 6.2.
     fn poll_counter() -> FdCounter {
         FdCounter {
@@ -361,10 +383,10 @@ mod tests {
 
     #[test]
     fn counts_open_fds_like_read_dir() {
+        let _turn = fd_table_turn();
         for (method, mut c) in [("stat", FdCounter::open()), ("poll", poll_counter())] {
-            // Other tests in this process open and close files concurrently,
-            // so an attempt counts only if nothing else changed meanwhile.
-            let exact = (0..50).any(|_| {
+            // An attempt counts only if nothing else changed meanwhile.
+            let exact = in_a_quiet_moment(|| {
                 // read_dir also counts the directory fd it holds while listing.
                 let listed = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
                 let before = c.count().unwrap();
@@ -383,6 +405,7 @@ mod tests {
     /// On 6.2 and later the count is the size of /proc/self/fd, not a poll.
     #[test]
     fn counts_by_stat_on_kernels_that_report_it() {
+        let _turn = fd_table_turn();
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
         let mut parts = release.trim().split(['.', '-']);
         let major: u32 = parts.next().unwrap().parse().unwrap();
@@ -402,10 +425,11 @@ mod tests {
     /// fd was placed far above the table on purpose (dup2).
     #[test]
     fn follows_the_fd_table_as_it_grows() {
+        let _turn = fd_table_turn();
         let mut c = poll_counter();
         let first_table = c.table_size().unwrap();
         let exact = |c: &mut FdCounter| {
-            (0..50).any(|_| {
+            in_a_quiet_moment(|| {
                 let listed = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
                 let counted = c.count().unwrap();
                 let listed_again = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
