@@ -21,6 +21,7 @@ Reported:
     inside the collector, for the new collectors one by one).
 """
 import argparse
+import gzip
 import http.client
 import os
 import re
@@ -61,17 +62,33 @@ def start(argv, port):
     while time.time() < end:
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            c.request("GET", "/metrics")
-            c.getresponse().read()
+            scrape(c)
             return p, c
         except OSError:
             time.sleep(0.2)
     sys.exit(f"{argv[0]} did not answer")
 
 
+# What Prometheus sends on every scrape (captured from the Debian package's
+# Prometheus 2.42 scraping a listener here): it offers OpenMetrics first and
+# asks for gzip. --client plain sends neither, as before 2026-11-24.
+PROMETHEUS_HEADERS = {
+    "User-Agent": "Prometheus/2.42.0+ds",
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+    "X-Prometheus-Scrape-Timeout-Seconds": "10",
+}
+HEADERS = PROMETHEUS_HEADERS
+
+
 def scrape(conn):
-    conn.request("GET", "/metrics")
-    return conn.getresponse().read().decode()
+    """The body as text, and the bytes that went over the wire."""
+    conn.request("GET", "/metrics", headers=HEADERS)
+    resp = conn.getresponse()
+    wire = resp.read()
+    body = gzip.decompress(wire) if resp.getheader("Content-Encoding") == "gzip" else wire
+    return body.decode(), len(wire)
 
 
 def main():
@@ -82,7 +99,12 @@ def main():
                     help="scrape each exporter this many times in a row (0: alternate every scrape)")
     ap.add_argument("--usescope", default=os.path.join(ROOT, "target/release/usescope"))
     ap.add_argument("--node-exporter", default=os.path.expanduser("~/go/bin/node_exporter"))
+    ap.add_argument("--client", choices=["prometheus", "plain"], default="prometheus",
+                    help="prometheus: Prometheus's own request headers (OpenMetrics offered, gzip); "
+                         "plain: no Accept or Accept-Encoding header")
     a = ap.parse_args()
+    global HEADERS
+    HEADERS = PROMETHEUS_HEADERS if a.client == "prometheus" else {}
     up, np_ = free_port(), free_port()
     us, uc = start([a.usescope, f"--web.listen-address=127.0.0.1:{up}",
                     "--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"], up)
@@ -98,26 +120,25 @@ def main():
         per_turn = a.block or 1
         for _ in range(a.rounds // per_turn):
             for _ in range(per_turn):
-                text = scrape(uc)
-                ubytes = len(text)
+                text, ubytes = scrape(uc)
                 for m in re.finditer(r'^node_scrape_collector_duration_seconds\{collector="([^"]+)"\} (\S+)$', text, re.M):
                     durations.setdefault(m.group(1), []).append(float(m.group(2)))
                 if a.gap and a.block:
                     time.sleep(a.gap)
             for _ in range(per_turn):
-                nbytes = len(scrape(nc))
+                nbytes = scrape(nc)[1]
                 if a.gap:
                     time.sleep(a.gap)
         a.rounds = a.rounds // per_turn * per_turn
         u1, n1 = cpu_ns(us.pid), cpu_ns(ne.pid)
         u_cpu = (u1 - u0) / a.rounds / 1000
         n_cpu = (n1 - n0) / a.rounds / 1000
-        print(f"rounds {a.rounds}, gap {a.gap} s, block {a.block}; machine {os.uname().machine}, {os.cpu_count()} CPUs, kernel {os.uname().release}")
+        print(f"rounds {a.rounds}, gap {a.gap} s, block {a.block}, client {a.client}; machine {os.uname().machine}, {os.cpu_count()} CPUs, kernel {os.uname().release}")
         print("| | usescope | node_exporter | ratio |")
         print("|---|---|---|---|")
         print(f"| CPU per scrape, default collectors | {u_cpu:.0f} µs | {n_cpu:.0f} µs | 1/{n_cpu / u_cpu:.1f} |")
         print(f"| peak RSS (VmHWM) | {hwm_kb(us.pid) / 1024:.1f} MB | {hwm_kb(ne.pid) / 1024:.1f} MB | |")
-        print(f"| bytes per scrape | {ubytes} | {nbytes} | |")
+        print(f"| bytes per scrape (on the wire) | {ubytes} | {nbytes} | |")
         print()
         print("| usescope collector | mean wall time per scrape |")
         print("|---|---|")

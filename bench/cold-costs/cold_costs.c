@@ -13,10 +13,15 @@
  *   @poll         poll() over 256 fd slots, no events (the old fd count)
  *   @fdcount      fstat() of /proc/self/fd (the fd count since Linux 6.2)
  *   @getlink      an RTM_GETLINK dump of every interface over rtnetlink
+ *   @udpdiag      a sock_diag dump of every UDP socket, IPv4 then IPv6
+ *                 (what /proc/net/udp and udp6 list)
  * Prints the mean time per item over the rounds (default 200). */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <linux/inet_diag.h>
 #include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
 #include <linux/rtnetlink.h>
 #include <poll.h>
 #include <stdio.h>
@@ -53,6 +58,26 @@ static void getlink(int nl) {
     }
 }
 
+static void udpdiag(int nl, int family) {
+    struct {
+        struct nlmsghdr n;
+        struct inet_diag_req_v2 r;
+    } req = {0};
+    req.n.nlmsg_len = sizeof req;
+    req.n.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    req.n.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+    req.r.sdiag_family = family;
+    req.r.sdiag_protocol = IPPROTO_UDP;
+    req.r.idiag_states = ~0u;
+    if (send(nl, &req, sizeof req, 0) < 0) return;
+    for (;;) {
+        int n = recv(nl, buf, sizeof buf, 0);
+        if (n <= 0) return;
+        for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, n); h = NLMSG_NEXT(h, n))
+            if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) return;
+    }
+}
+
 int main(int argc, char **argv) {
     long evict_mib = 2, rounds = 200;
     int opt;
@@ -73,6 +98,7 @@ int main(int argc, char **argv) {
     double *total = calloc(items, sizeof *total);
     int fds_dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY);
     int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    int diag = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     for (int i = 0; i < items; i++)
         fd[i] = argv[optind + i][0] == '@' ? -1 : open(argv[optind + i], O_RDONLY);
     for (long r = 0; r < rounds; r++) {
@@ -90,6 +116,9 @@ int main(int argc, char **argv) {
                 fstat(fds_dir, &st);
             } else if (!strcmp(item, "@getlink")) {
                 getlink(nl);
+            } else if (!strcmp(item, "@udpdiag")) {
+                udpdiag(diag, AF_INET);
+                udpdiag(diag, AF_INET6);
             } else if (fd[i] < 0) {
                 stat(item, &st);
             } else {

@@ -19,6 +19,13 @@
 //! at least every [`RECHECK_AT_LEAST_EVERY`], so an appearance that neither
 //! signal covers is seen within that time at worst.
 //!
+//! The same signals cover a directory of devices (`class/net`,
+//! `/sys/block`, `devices/system/cpu`): the kernel adds, removes, renames
+//! or moves a device's entry there before it sends that device's uevent,
+//! so a listing taken in one epoch is still the directory's content while
+//! the epoch stays the same. [`crate::source::Dir::of_devices`] reuses it
+//! then ([`Stamp`]).
+//!
 //! Only paths under a `--path.procfs` or `--path.sysfs` root that is a real
 //! procfs or sysfs are remembered. A fixture tree (or any ordinary
 //! directory) can gain a file at any moment without telling anyone, so
@@ -45,31 +52,49 @@ fn current() -> u64 {
     EPOCH.load(Ordering::Acquire)
 }
 
+/// When something was seen at a path: it still holds while the epoch has
+/// not moved. Nothing seen outside a real procfs or sysfs root (or before a
+/// [`Watch`] exists) is ever taken to hold.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(Option<u64>);
+
+impl Stamp {
+    /// Seen now, at `path`.
+    pub fn now(path: &Path) -> Stamp {
+        let epoch = current();
+        Stamp((epoch != 0 && under_kernel_root(path)).then_some(epoch))
+    }
+
+    /// Nothing could have changed it since.
+    pub fn holds(&self) -> bool {
+        self.0.is_some_and(|at| at == current())
+    }
+}
+
 /// Per-path memory of an absence. Reads call [`Memo::still_absent`] before
 /// looking the path up and [`Memo::absent`] when the lookup found nothing.
 #[derive(Debug, Default)]
 pub struct Memo {
-    absent_at: Option<u64>,
+    absent_at: Stamp,
 }
 
 impl Memo {
     /// The path was absent and nothing since could have created it.
     pub fn still_absent(&self) -> bool {
-        self.absent_at.is_some_and(|at| at == current())
+        self.absent_at.holds()
     }
 
-    /// A lookup of `path` found nothing (ENOENT or ENOTDIR).
-    pub fn absent(&mut self, path: &Path) {
-        let epoch = current();
-        if epoch == 0 {
-            return;
-        }
-        self.absent_at = under_kernel_root(path).then_some(epoch);
+    /// A lookup found nothing (ENOENT or ENOTDIR). `looked_up` is the
+    /// [`Stamp`] taken just before the lookup: one taken after it could
+    /// carry an epoch that a concurrent scrape advanced for the very
+    /// uevent that created the path, and so hide the path until the next.
+    pub fn absent(&mut self, looked_up: Stamp) {
+        self.absent_at = looked_up;
     }
 
     /// The path was found.
     pub fn present(&mut self) {
-        self.absent_at = None;
+        self.absent_at = Stamp::default();
     }
 
     /// Whether `path` exists (stat), without a lookup while it is known to
@@ -78,6 +103,7 @@ impl Memo {
         if self.still_absent() {
             return Ok(false);
         }
+        let looked_up = Stamp::now(path);
         match std::fs::metadata(path) {
             Ok(_) => {
                 self.present();
@@ -89,7 +115,7 @@ impl Memo {
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
                 ) =>
             {
-                self.absent(path);
+                self.absent(looked_up);
                 Ok(false)
             }
             Err(e) => Err(e),
@@ -117,6 +143,14 @@ fn add_kernel_root(root: &Path) {
     if !roots.iter().any(|r| r == root) {
         roots.push(root.to_path_buf());
     }
+}
+
+/// For unit tests elsewhere in the crate: treats `root` (a temporary
+/// directory) as a kernel root and moves the epoch, as a uevent would.
+#[cfg(test)]
+pub(crate) fn pretend_kernel_root_and_advance(root: &Path) {
+    add_kernel_root(root);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 /// The two signals that something may have appeared.
@@ -220,16 +254,16 @@ mod tests {
         let mut watch = Watch::new(Path::new("/proc"), Path::new("/sys"));
         let dir = tempfile::tempdir().unwrap();
         let mut ordinary = Memo::default();
-        ordinary.absent(&dir.path().join("a/b"));
+        ordinary.absent(Stamp::now(&dir.path().join("a/b")));
         assert!(!ordinary.still_absent());
 
         let mut kernel = Memo::default();
-        kernel.absent(Path::new("/proc/no-such-source/x"));
+        kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
         assert!(kernel.still_absent());
         // A fresh Watch sees the counter for the first time: it advances.
         watch.refresh();
         assert!(!kernel.still_absent());
-        kernel.absent(Path::new("/proc/no-such-source/x"));
+        kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
         kernel.present();
         assert!(!kernel.still_absent());
 
@@ -238,12 +272,12 @@ mod tests {
         // due, and then it is forgotten whatever happened.
         let start = Instant::now();
         let held = (0..10).any(|_| {
-            kernel.absent(Path::new("/proc/no-such-source/x"));
+            kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
             watch.refresh_at(start);
             kernel.still_absent()
         });
         assert!(held, "the memo never held across a quiet refresh");
-        kernel.absent(Path::new("/proc/no-such-source/x"));
+        kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
         watch.refresh_at(start + RECHECK_AT_LEAST_EVERY);
         assert!(
             !kernel.still_absent(),

@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::absence::Memo;
+use crate::absence::{Memo, Stamp};
 use crate::error::{CollectError, ParseError};
 
 /// Most bytes read from one source file. The largest real sources are a
@@ -263,6 +263,7 @@ impl SourceFile {
         if self.absence.still_absent() {
             return Ok(Read::Absent);
         }
+        let looked_up = Stamp::now(&self.path);
         let result = self.read_bytes();
         self.release_unused_buffer(if result.is_ok() { self.len } else { 0 });
         match result {
@@ -279,7 +280,7 @@ impl SourceFile {
                     || (self.attribute && attribute_unavailable(&e)) =>
             {
                 if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) {
-                    self.absence.absent(&self.path);
+                    self.absence.absent(looked_up);
                 }
                 self.note_presence(false);
                 return Ok(Read::Absent);
@@ -481,20 +482,32 @@ pub struct DirEntryInfo {
 /// The entries of a directory such as `class/net`, listed again on every
 /// [`DirListing::read`] into storage reused across scrapes, sorted by name.
 /// The directory's descriptor is kept between scrapes on procfs and sysfs
-/// (see [`Dir`]), so a listing costs one lseek and one getdents64.
+/// (see [`Dir`]), so a listing costs one lseek and one getdents64; one of
+/// [`DirListing::of_devices`] costs nothing while no uevent was sent.
 #[derive(Default)]
 pub struct DirListing {
     dir: Option<Dir>,
     entries: Vec<DirEntryInfo>,
     len: usize,
+    /// The directory's entries are devices ([`Dir::of_devices`]).
+    of_devices: bool,
 }
 
 impl DirListing {
+    /// A listing of a directory of devices; see [`Dir::of_devices`].
+    pub fn of_devices() -> DirListing {
+        DirListing {
+            of_devices: true,
+            ..DirListing::default()
+        }
+    }
+
     /// Lists `dir`. `Ok(false)`: it does not exist (the listing is then
     /// empty). Names that are not UTF-8 are left out.
     pub fn read(&mut self, dir: &Path) -> Result<bool, CollectError> {
         if self.dir.as_ref().is_none_or(|d| d.path != dir) {
-            self.dir = Some(Dir::at(dir.to_path_buf()));
+            let d = Dir::at(dir.to_path_buf());
+            self.dir = Some(if self.of_devices { d.of_devices() } else { d });
         }
         let Some(d) = self.dir.as_mut() else {
             return Ok(false);
@@ -660,6 +673,45 @@ pub struct Dir {
     buf: Vec<u8>,
     /// That the directory was absent, while nothing could have created it.
     absence: Memo,
+    /// For a directory of devices ([`Dir::of_devices`]), its last listing.
+    devices: Option<Box<Listed>>,
+}
+
+/// A listing kept to be replayed, with when it was taken.
+#[derive(Default)]
+struct Listed {
+    at: Stamp,
+    names: String,
+    /// Each entry's end in `names`, inode and whether it is a file.
+    entries: Vec<(usize, u64, bool)>,
+    /// More than [`MAX_DIR_ENTRIES`] entries: not kept.
+    overflowed: bool,
+}
+
+impl Listed {
+    fn clear(&mut self) {
+        self.at = Stamp::default();
+        self.names.clear();
+        self.entries.clear();
+        self.overflowed = false;
+    }
+
+    fn push(&mut self, e: &RawDirEntry<'_>) {
+        self.names.push_str(e.name);
+        self.entries.push((self.names.len(), e.ino, e.is_file));
+    }
+
+    fn replay(&self, mut each: impl FnMut(RawDirEntry<'_>)) {
+        let mut start = 0;
+        for &(end, ino, is_file) in &self.entries {
+            each(RawDirEntry {
+                name: &self.names[start..end],
+                ino,
+                is_file,
+            });
+            start = end;
+        }
+    }
 }
 
 /// One entry of a listing, as getdents64 reports it.
@@ -681,7 +733,22 @@ impl Dir {
             kept: None,
             buf: Vec::new(),
             absence: Memo::default(),
+            devices: None,
         }
+    }
+
+    /// A directory whose entries are devices (`class/net`, `/sys/block`,
+    /// `devices/system/cpu`): the kernel sends a device's uevent after it
+    /// has added, removed, renamed or moved the device's entry, so a
+    /// listing is replayed from memory until a uevent (or a mount) could
+    /// have changed it, or for at most
+    /// [`RECHECK_AT_LEAST_EVERY`](crate::absence::RECHECK_AT_LEAST_EVERY);
+    /// see [`crate::absence`]. Not for a directory whose entries appear
+    /// without a uevent (`/sys/fs/xfs`, whose entries come with mounts in
+    /// any namespace).
+    pub fn of_devices(mut self) -> Dir {
+        self.devices = Some(Box::default());
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -707,25 +774,57 @@ impl Dir {
     /// As [`Dir::list`], with each entry's inode and type.
     pub fn list_entries(
         &mut self,
-        each: impl FnMut(RawDirEntry<'_>),
+        mut each: impl FnMut(RawDirEntry<'_>),
     ) -> Result<bool, CollectError> {
         if self.absence.still_absent() {
             return Ok(false);
         }
+        if let Some(listed) = self.devices.as_deref()
+            && listed.at.holds()
+        {
+            listed.replay(each);
+            return Ok(true);
+        }
+        // Taken before the listing, for the reason Memo::absent gives.
+        let looked_up = Stamp::now(&self.path);
         let (f, fresh) = match self.kept.take() {
             Some(f) => (f, false),
             None => match open_dir(&self.path) {
                 Ok(f) => (f, true),
                 Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                    self.absence.absent(&self.path);
+                    self.absence.absent(looked_up);
                     return Ok(false);
                 }
                 Err(e) => return Err(CollectError::io(&self.path, e)),
             },
         };
         use std::os::fd::AsRawFd;
-        list_fd_entries(f.as_raw_fd(), &mut self.buf, each)
-            .map_err(|e| CollectError::io(&self.path, e))?;
+        // Nothing is kept where it could not be replayed (outside a real
+        // sysfs), nor a listing longer than MAX_DIR_ENTRIES.
+        let listed = self
+            .devices
+            .as_deref_mut()
+            .filter(|_| looked_up != Stamp::default());
+        let result = match listed {
+            Some(listed) => {
+                listed.clear();
+                let r = list_fd_entries(f.as_raw_fd(), &mut self.buf, |e| {
+                    if listed.entries.len() < MAX_DIR_ENTRIES {
+                        listed.push(&e);
+                    } else {
+                        listed.overflowed = true;
+                    }
+                    each(e)
+                });
+                // Kept only once the whole listing succeeded.
+                if r.is_ok() && !listed.overflowed {
+                    listed.at = looked_up;
+                }
+                r
+            }
+            None => list_fd_entries(f.as_raw_fd(), &mut self.buf, each),
+        };
+        result.map_err(|e| CollectError::io(&self.path, e))?;
         self.absence.present();
         // A kept descriptor was on procfs/sysfs when it was opened.
         if !fresh || is_kernel_fs(&f) {
@@ -921,6 +1020,36 @@ mod tests {
         assert_eq!(l.entries().len(), 2);
         assert!(!l.read(&dir.path().join("none")).unwrap());
         assert!(l.entries().is_empty());
+    }
+
+    /// A directory of devices is listed once per epoch, and only under a
+    /// kernel root: an ordinary directory's listing is never replayed.
+    #[test]
+    fn device_listing_is_replayed_until_the_epoch_moves() {
+        let count = |l: &mut DirListing, dir: &Path| {
+            assert!(l.read(dir).unwrap());
+            l.entries().len()
+        };
+        let ordinary = tree(&[("eth0", b"")]);
+        let mut l = DirListing::of_devices();
+        assert_eq!(count(&mut l, ordinary.path()), 1);
+        std::fs::write(ordinary.path().join("eth1"), b"").unwrap();
+        assert_eq!(count(&mut l, ordinary.path()), 2);
+
+        let kernel = tree(&[("eth0", b"")]);
+        crate::absence::pretend_kernel_root_and_advance(kernel.path());
+        let mut l = DirListing::of_devices();
+        // Retried: another test may move the process-wide epoch at any
+        // moment, but not between every listing of ten.
+        let replayed = (1..=10).any(|i| {
+            let before = count(&mut l, kernel.path());
+            std::fs::write(kernel.path().join(format!("eth{i}")), b"").unwrap();
+            count(&mut l, kernel.path()) == before
+        });
+        assert!(replayed, "a device listing was never replayed");
+        crate::absence::pretend_kernel_root_and_advance(kernel.path());
+        let on_disk = std::fs::read_dir(kernel.path()).unwrap().count();
+        assert_eq!(count(&mut l, kernel.path()), on_disk);
     }
 
     #[test]

@@ -1,14 +1,16 @@
-//! Absent sources are remembered until the kernel could have created them
+//! Absent sources are remembered until the kernel could have created them,
+//! and listings of device directories are replayed until a uevent
 //! (exporter/src/absence.rs): a source that appears must still be seen.
-//! Both signals are exercised for real, as root: a uevent (written to a
-//! device's `uevent` file) and a mount.
+//! Both signals are exercised for real, as root: uevents (written to a
+//! device's `uevent` file, or sent by creating a network interface) and a
+//! mount.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use usescope::absence::{Memo, Watch};
+use usescope::absence::{Memo, Stamp, Watch};
 
 fn run(cmd: &str, args: &[&str]) {
     let out = Command::new(cmd).args(args).output().unwrap();
@@ -32,13 +34,13 @@ fn a_uevent_makes_absent_paths_be_looked_up_again() {
     let path = Path::new("/sys/class/usescope-test-absent");
     let mut memo = Memo::default();
     let held = (0..10).any(|_| {
-        memo.absent(path);
+        memo.absent(Stamp::now(path));
         watch.refresh();
         memo.still_absent()
     });
     assert!(held, "the memo never held across a quiet scrape");
 
-    memo.absent(path);
+    memo.absent(Stamp::now(path));
     std::fs::write("/sys/class/net/lo/uevent", "change").unwrap();
     watch.refresh();
     assert!(
@@ -95,6 +97,85 @@ fn a_source_that_a_mount_brings_is_reported_at_the_next_scrape() {
         text.contains("node_bcache_"),
         "bcache appeared with a mount, but the next scrape did not report it"
     );
+}
+
+/// The daemon side of device listings: `class/net` is replayed between
+/// uevents, so an interface created, renamed or deleted between two
+/// scrapes must show in the very next one, in netclass's series and in
+/// netdev's `rx_nohandler` (which finds the interface in the listing).
+#[test]
+fn a_network_interface_that_comes_renamed_and_goes_is_seen_at_the_next_scrape() {
+    if !common::skip::unless_root("to create a veth pair") {
+        return;
+    }
+    let id = std::process::id() % 100_000;
+    let (first, peer, renamed) = (
+        format!("usc{id}a"),
+        format!("usc{id}b"),
+        format!("usc{id}c"),
+    );
+    let d = common::Daemon::start(&[
+        "--collector.disable-defaults",
+        "--collector.netclass",
+        "--collector.netdev",
+    ]);
+    let reported = |text: &str, name: &str| {
+        [
+            format!(r#"node_network_mtu_bytes{{device="{name}"}}"#),
+            format!(r#"node_network_receive_nohandler_total{{device="{name}"}}"#),
+        ]
+        .map(|series| common::sample(text, &series).is_some())
+    };
+    for _ in 0..3 {
+        assert_eq!(reported(&d.scrape(), &first), [false, false]);
+    }
+
+    run(
+        "ip",
+        &["link", "add", &first, "type", "veth", "peer", "name", &peer],
+    );
+    let _delete = DeleteLink(peer.clone());
+    let text = d.scrape();
+    assert_eq!(
+        reported(&text, &first),
+        [true, true],
+        "{first} was created, but the next scrape does not report it (mtu, nohandler)"
+    );
+
+    run("ip", &["link", "set", &first, "name", &renamed]);
+    let text = d.scrape();
+    assert_eq!(
+        reported(&text, &first),
+        [false, false],
+        "{first} was renamed"
+    );
+    assert_eq!(
+        reported(&text, &renamed),
+        [true, true],
+        "{first} was renamed {renamed}"
+    );
+
+    run("ip", &["link", "del", &renamed]);
+    let text = d.scrape();
+    assert_eq!(
+        reported(&text, &renamed),
+        [false, false],
+        "{renamed} was deleted"
+    );
+    assert_eq!(
+        reported(&text, &peer),
+        [false, false],
+        "{peer} went with it"
+    );
+}
+
+/// Deletes a network interface when the test ends, pass or fail.
+struct DeleteLink(String);
+
+impl Drop for DeleteLink {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
+    }
 }
 
 /// Unmounts (lazily) when the test ends, pass or fail. Declared inner

@@ -516,7 +516,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         cpuinfo_rows: Vec::new(),
         isolated_file: SourceFile::small(&s.sysfs, "devices/system/cpu/isolated"),
         isolated: Vec::new(),
-        cpu_dir: Dir::new(&s.sysfs, "devices/system/cpu"),
+        cpu_dir: Dir::new(&s.sysfs, "devices/system/cpu").of_devices(),
         sys_cpus: Vec::new(),
         listed: Vec::new(),
         package_throttles: Vec::new(),

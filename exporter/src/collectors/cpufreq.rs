@@ -183,7 +183,7 @@ pub struct CpufreqCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(CpufreqCollector {
         cpu_dir: s.sysfs.join("devices/system/cpu"),
-        listing: DirListing::default(),
+        listing: DirListing::of_devices(),
         offline_file: SourceFile::small(&s.sysfs, "devices/system/cpu/offline"),
         offline: Vec::new(),
         freq_absent: Default::default(),

@@ -13,7 +13,8 @@
 //! A `dm-*` without `dm/uuid` is not a device-mapper device and is
 //! skipped, as procfs skips it. Any other file that is missing or not a
 //! number fails the collector naming the file. Without dm devices a scrape
-//! costs one listing of /sys/block (kept open, rewound).
+//! costs one listing of /sys/block (kept open, rewound), and none while no
+//! uevent has been sent since the last ([`Dir::of_devices`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -104,7 +105,7 @@ pub struct DmMultipathCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(DmMultipathCollector {
         block: s.sysfs.join("block"),
-        listing: Dir::new(&s.sysfs, "block"),
+        listing: Dir::new(&s.sysfs, "block").of_devices(),
         dm_devices: Vec::new(),
         families: Families::default(),
     })

@@ -87,7 +87,7 @@ pub struct FibreChannelCollector {
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(FibreChannelCollector {
-        class: Dir::new(&s.sysfs, "class/fc_host"),
+        class: Dir::new(&s.sysfs, "class/fc_host").of_devices(),
         families: Families::default(),
     })
 }

@@ -347,7 +347,7 @@ pub struct HwmonCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(HwmonCollector {
         class: s.sysfs.join("class/hwmon"),
-        listing: DirListing::default(),
+        listing: DirListing::of_devices(),
         chip_include: s.regex(CHIP_INCLUDE).cloned(),
         chip_exclude: s.regex(CHIP_EXCLUDE).cloned(),
         sensor_include: s.regex(SENSOR_INCLUDE).cloned(),

@@ -282,7 +282,7 @@ pub struct InfiniBandCollector {
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(InfiniBandCollector {
-        class: Dir::new(&s.sysfs, "class/infiniband"),
+        class: Dir::new(&s.sysfs, "class/infiniband").of_devices(),
         include: s.regex(INCLUDE).cloned(),
         exclude: s.regex(EXCLUDE).cloned(),
         families: Families::default(),

@@ -420,7 +420,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(MdadmCollector {
         file: SourceFile::new(&s.procfs, "mdstat"),
         sysfs: s.sysfs.clone(),
-        block: DirListing::default(),
+        block: DirListing::of_devices(),
         sys: Vec::new(),
         arrays: Vec::new(),
         scrape: 0,

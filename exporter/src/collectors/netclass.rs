@@ -308,7 +308,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         net: s.sysfs.join("class/net"),
         ignored: s.regex(IGNORED).cloned(),
         ignore_invalid_speed: s.switch(IGNORE_INVALID_SPEED),
-        listing: DirListing::default(),
+        listing: DirListing::of_devices(),
         ifaces: Vec::new(),
         scrape: 0,
     })

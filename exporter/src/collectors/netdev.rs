@@ -291,7 +291,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         ifaces: Vec::new(),
         nohandler: NoHandler {
             net: s.sysfs.join("class/net"),
-            listing: DirListing::default(),
+            listing: DirListing::of_devices(),
             files: Vec::new(),
             scrape: 0,
         },

@@ -88,7 +88,7 @@ pub struct NvmeCollector {
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(NvmeCollector {
-        class: Dir::new(&s.sysfs, "class/nvme"),
+        class: Dir::new(&s.sysfs, "class/nvme").of_devices(),
         families: Families::default(),
     })
 }

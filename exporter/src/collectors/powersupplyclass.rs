@@ -296,7 +296,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(PowerSupplyCollector {
         class: s.sysfs.join("class/power_supply"),
         ignored: s.regex(IGNORED).cloned(),
-        listing: DirListing::default(),
+        listing: DirListing::of_devices(),
         families: Families::default(),
     })
 }

@@ -91,7 +91,7 @@ pub struct TapestatsCollector {
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(TapestatsCollector {
-        class: Dir::new(&s.sysfs, "class/scsi_tape"),
+        class: Dir::new(&s.sysfs, "class/scsi_tape").of_devices(),
         ignored: s.regex(IGNORED).cloned(),
         families: Families::default(),
     })

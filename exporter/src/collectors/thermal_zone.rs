@@ -60,7 +60,7 @@ pub struct ThermalZoneCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(ThermalZoneCollector {
         class: s.sysfs.join("class/thermal"),
-        listing: DirListing::default(),
+        listing: DirListing::of_devices(),
         families: Families::default(),
     })
 }

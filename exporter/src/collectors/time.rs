@@ -153,7 +153,7 @@ pub struct TimeCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(TimeCollector {
         sysfs: s.sysfs.clone(),
-        dir: Dir::new(&s.sysfs, CLOCKSOURCE_DIR),
+        dir: Dir::new(&s.sysfs, CLOCKSOURCE_DIR).of_devices(),
         listed: Vec::new(),
         devices: Vec::new(),
         zone: String::new(),

@@ -122,7 +122,7 @@ pub struct WatchdogCollector {
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(WatchdogCollector {
-        class: Dir::new(&s.sysfs, "class/watchdog"),
+        class: Dir::new(&s.sysfs, "class/watchdog").of_devices(),
         families: Families::default(),
     })
 }
