@@ -52,6 +52,19 @@ fn current() -> u64 {
     EPOCH.load(Ordering::Acquire)
 }
 
+/// The epoch when a lookup started (one atomic load). It is taken before
+/// the lookup: one taken after could carry an epoch that a concurrent
+/// scrape advanced for the very uevent that changed the path, and so hide
+/// the change until the next uevent.
+#[derive(Debug, Clone, Copy)]
+pub struct Epoch(u64);
+
+impl Epoch {
+    pub fn now() -> Epoch {
+        Epoch(current())
+    }
+}
+
 /// When something was seen at a path: it still holds while the epoch has
 /// not moved. Nothing seen outside a real procfs or sysfs root (or before a
 /// [`Watch`] exists) is ever taken to hold.
@@ -59,10 +72,9 @@ fn current() -> u64 {
 pub struct Stamp(Option<u64>);
 
 impl Stamp {
-    /// Seen now, at `path`.
-    pub fn now(path: &Path) -> Stamp {
-        let epoch = current();
-        Stamp((epoch != 0 && under_kernel_root(path)).then_some(epoch))
+    /// What a lookup of `path` that started at `started` saw.
+    pub fn of(started: Epoch, path: &Path) -> Stamp {
+        Stamp((started.0 != 0 && under_kernel_root(path)).then_some(started.0))
     }
 
     /// Nothing could have changed it since.
@@ -84,12 +96,10 @@ impl Memo {
         self.absent_at.holds()
     }
 
-    /// A lookup found nothing (ENOENT or ENOTDIR). `looked_up` is the
-    /// [`Stamp`] taken just before the lookup: one taken after it could
-    /// carry an epoch that a concurrent scrape advanced for the very
-    /// uevent that created the path, and so hide the path until the next.
-    pub fn absent(&mut self, looked_up: Stamp) {
-        self.absent_at = looked_up;
+    /// A lookup of `path` that started at `looked_up` found nothing
+    /// (ENOENT or ENOTDIR).
+    pub fn absent(&mut self, looked_up: Epoch, path: &Path) {
+        self.absent_at = Stamp::of(looked_up, path);
     }
 
     /// The path was found.
@@ -103,7 +113,7 @@ impl Memo {
         if self.still_absent() {
             return Ok(false);
         }
-        let looked_up = Stamp::now(path);
+        let looked_up = Epoch::now();
         match std::fs::metadata(path) {
             Ok(_) => {
                 self.present();
@@ -115,7 +125,7 @@ impl Memo {
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
                 ) =>
             {
-                self.absent(looked_up);
+                self.absent(looked_up, path);
                 Ok(false)
             }
             Err(e) => Err(e),
@@ -254,16 +264,16 @@ mod tests {
         let mut watch = Watch::new(Path::new("/proc"), Path::new("/sys"));
         let dir = tempfile::tempdir().unwrap();
         let mut ordinary = Memo::default();
-        ordinary.absent(Stamp::now(&dir.path().join("a/b")));
+        ordinary.absent(Epoch::now(), &dir.path().join("a/b"));
         assert!(!ordinary.still_absent());
 
         let mut kernel = Memo::default();
-        kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
+        kernel.absent(Epoch::now(), Path::new("/proc/no-such-source/x"));
         assert!(kernel.still_absent());
         // A fresh Watch sees the counter for the first time: it advances.
         watch.refresh();
         assert!(!kernel.still_absent());
-        kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
+        kernel.absent(Epoch::now(), Path::new("/proc/no-such-source/x"));
         kernel.present();
         assert!(!kernel.still_absent());
 
@@ -272,12 +282,12 @@ mod tests {
         // due, and then it is forgotten whatever happened.
         let start = Instant::now();
         let held = (0..10).any(|_| {
-            kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
+            kernel.absent(Epoch::now(), Path::new("/proc/no-such-source/x"));
             watch.refresh_at(start);
             kernel.still_absent()
         });
         assert!(held, "the memo never held across a quiet refresh");
-        kernel.absent(Stamp::now(Path::new("/proc/no-such-source/x")));
+        kernel.absent(Epoch::now(), Path::new("/proc/no-such-source/x"));
         watch.refresh_at(start + RECHECK_AT_LEAST_EVERY);
         assert!(
             !kernel.still_absent(),

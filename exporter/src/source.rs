@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::absence::{Memo, Stamp};
+use crate::absence::{Epoch, Memo, Stamp};
 use crate::error::{CollectError, ParseError};
 
 /// Most bytes read from one source file. The largest real sources are a
@@ -263,7 +263,7 @@ impl SourceFile {
         if self.absence.still_absent() {
             return Ok(Read::Absent);
         }
-        let looked_up = Stamp::now(&self.path);
+        let looked_up = Epoch::now();
         let result = self.read_bytes();
         self.release_unused_buffer(if result.is_ok() { self.len } else { 0 });
         match result {
@@ -280,7 +280,7 @@ impl SourceFile {
                     || (self.attribute && attribute_unavailable(&e)) =>
             {
                 if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) {
-                    self.absence.absent(looked_up);
+                    self.absence.absent(looked_up, &self.path);
                 }
                 self.note_presence(false);
                 return Ok(Read::Absent);
@@ -785,14 +785,14 @@ impl Dir {
             listed.replay(each);
             return Ok(true);
         }
-        // Taken before the listing, for the reason Memo::absent gives.
-        let looked_up = Stamp::now(&self.path);
+        // Taken before the listing (see Epoch).
+        let looked_up = Epoch::now();
         let (f, fresh) = match self.kept.take() {
             Some(f) => (f, false),
             None => match open_dir(&self.path) {
                 Ok(f) => (f, true),
                 Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                    self.absence.absent(looked_up);
+                    self.absence.absent(looked_up, &self.path);
                     return Ok(false);
                 }
                 Err(e) => return Err(CollectError::io(&self.path, e)),
@@ -801,12 +801,14 @@ impl Dir {
         use std::os::fd::AsRawFd;
         // Nothing is kept where it could not be replayed (outside a real
         // sysfs), nor a listing longer than MAX_DIR_ENTRIES.
+        let path = &self.path;
         let listed = self
             .devices
             .as_deref_mut()
-            .filter(|_| looked_up != Stamp::default());
+            .map(|listed| (listed, Stamp::of(looked_up, path)))
+            .filter(|(_, stamp)| *stamp != Stamp::default());
         let result = match listed {
-            Some(listed) => {
+            Some((listed, stamp)) => {
                 listed.clear();
                 let r = list_fd_entries(f.as_raw_fd(), &mut self.buf, |e| {
                     if listed.entries.len() < MAX_DIR_ENTRIES {
@@ -818,7 +820,7 @@ impl Dir {
                 });
                 // Kept only once the whole listing succeeded.
                 if r.is_ok() && !listed.overflowed {
-                    listed.at = looked_up;
+                    listed.at = stamp;
                 }
                 r
             }

@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use usescope::absence::{Memo, Stamp, Watch};
+use usescope::absence::{Epoch, Memo, Watch};
 
 fn run(cmd: &str, args: &[&str]) {
     let out = Command::new(cmd).args(args).output().unwrap();
@@ -34,13 +34,13 @@ fn a_uevent_makes_absent_paths_be_looked_up_again() {
     let path = Path::new("/sys/class/usescope-test-absent");
     let mut memo = Memo::default();
     let held = (0..10).any(|_| {
-        memo.absent(Stamp::now(path));
+        memo.absent(Epoch::now(), path);
         watch.refresh();
         memo.still_absent()
     });
     assert!(held, "the memo never held across a quiet scrape");
 
-    memo.absent(Stamp::now(path));
+    memo.absent(Epoch::now(), path);
     std::fs::write("/sys/class/net/lo/uevent", "change").unwrap();
     watch.refresh();
     assert!(
