@@ -2,7 +2,14 @@
 """usescope against node_exporter, each with its DEFAULT collector set, on
 this host: what an operator who swaps one for the other pays.
 
-  bench/defaults.py [--rounds 500] [--gap SECONDS] [--block N] [--usescope PATH] [--node-exporter PATH]
+  bench/defaults.py [--rounds 500] [--gap SECONDS] [--block N] [--client prometheus|plain]
+                    [--usescope PATH] [--node-exporter PATH]
+
+Each scrape sends what Prometheus sends (--client prometheus, the default:
+OpenMetrics offered first, gzip asked for; each exporter answers as it
+would answer Prometheus), or no Accept and Accept-Encoding headers at all
+(--client plain: uncompressed text, the method of the sections of
+BENCHMARKS.md before 2026-11-24 13:17 UTC).
 
 Both listen on 127.0.0.1 (usescope's probes off, so the comparison is /proc
 and /sys against /proc and /sys). Each round scrapes usescope once, then
