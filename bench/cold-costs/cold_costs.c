@@ -40,6 +40,17 @@ static double now_us(void) {
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
+/* Sends a netlink dump request and reads replies until the dump ends. */
+static void dump(int nl, const void *req, size_t len) {
+    if (send(nl, req, len, 0) < 0) return;
+    for (;;) {
+        int n = recv(nl, buf, sizeof buf, 0);
+        if (n <= 0) return;
+        for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, n); h = NLMSG_NEXT(h, n))
+            if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) return;
+    }
+}
+
 static void getlink(int nl) {
     struct {
         struct nlmsghdr n;
@@ -49,13 +60,7 @@ static void getlink(int nl) {
     req.n.nlmsg_type = RTM_GETLINK;
     req.n.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
     req.i.ifi_family = AF_UNSPEC;
-    if (send(nl, &req, sizeof req, 0) < 0) return;
-    for (;;) {
-        int n = recv(nl, buf, sizeof buf, 0);
-        if (n <= 0) return;
-        for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, n); h = NLMSG_NEXT(h, n))
-            if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) return;
-    }
+    dump(nl, &req, sizeof req);
 }
 
 static void udpdiag(int nl, int family) {
@@ -69,13 +74,7 @@ static void udpdiag(int nl, int family) {
     req.r.sdiag_family = family;
     req.r.sdiag_protocol = IPPROTO_UDP;
     req.r.idiag_states = ~0u;
-    if (send(nl, &req, sizeof req, 0) < 0) return;
-    for (;;) {
-        int n = recv(nl, buf, sizeof buf, 0);
-        if (n <= 0) return;
-        for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, n); h = NLMSG_NEXT(h, n))
-            if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) return;
-    }
+    dump(nl, &req, sizeof req);
 }
 
 int main(int argc, char **argv) {

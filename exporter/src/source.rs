@@ -512,6 +512,10 @@ impl DirListing {
         let Some(d) = self.dir.as_mut() else {
             return Ok(false);
         };
+        // The entries are still sorted from the listing that is replayed.
+        if d.unchanged() {
+            return Ok(true);
+        }
         self.len = 0;
         let (entries, len) = (&mut self.entries, &mut self.len);
         let mut too_many = false;
@@ -755,6 +759,12 @@ impl Dir {
         &self.path
     }
 
+    /// A directory of devices whose last listing (a whole, successful one)
+    /// still holds: listing it again would replay that listing.
+    pub fn unchanged(&self) -> bool {
+        self.devices.as_deref().is_some_and(|l| l.at.holds())
+    }
+
     /// Calls `each` with every entry's name but `.` and `..` (names that
     /// are not UTF-8 are skipped). `Ok(false)`: the directory is absent.
     pub fn list(&mut self, mut each: impl FnMut(&str)) -> Result<bool, CollectError> {
@@ -779,9 +789,7 @@ impl Dir {
         if self.absence.still_absent() {
             return Ok(false);
         }
-        if let Some(listed) = self.devices.as_deref()
-            && listed.at.holds()
-        {
+        if let Some(listed) = self.devices.as_deref().filter(|_| self.unchanged()) {
             listed.replay(each);
             return Ok(true);
         }
