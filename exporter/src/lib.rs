@@ -13,6 +13,7 @@ pub mod collectors;
 pub mod error;
 pub mod exposition;
 pub mod http;
+pub mod link_events;
 pub mod parse;
 pub mod privileges;
 pub mod probes;

@@ -184,9 +184,20 @@ impl StatfsPool {
         let mut saturated = false;
         let mut first = true;
         while st.outstanding > 0 {
-            let (s, stop) = self.top_up(st, scrape, slow, first);
-            st = s;
+            let (wake, stop) = self.top_up(&mut st, scrape, slow, first);
             first = false;
+            if wake > 0 {
+                // Woken while we hold the lock, a worker would only block
+                // on it again: a second sleep and wake-up per scrape.
+                drop(st);
+                for _ in 0..wake {
+                    self.shared.work.notify_one();
+                }
+                st = lock(&self.shared.state);
+                if st.outstanding == 0 {
+                    break;
+                }
+            }
             if stop {
                 saturated = true;
                 break;
@@ -244,19 +255,14 @@ impl StatfsPool {
 
     /// Gets threads working on the queue: on the first call one, later
     /// (once per `slow` tick) as many as it takes to have `workers` threads
-    /// that are not in a call older than `slow`, within the bound. Returns
-    /// true when nothing queued can run in this scrape: every thread the
-    /// bound allows is in a call from an earlier scrape or older than the
-    /// timeout.
-    fn top_up<'a>(
-        &self,
-        mut st: MutexGuard<'a, State>,
-        scrape: u64,
-        slow: Duration,
-        first: bool,
-    ) -> (MutexGuard<'a, State>, bool) {
+    /// that are not in a call older than `slow`, within the bound. Starts
+    /// the threads it needs, and returns how many idle ones the caller is
+    /// to wake once it has released the lock, and whether nothing queued
+    /// can run in this scrape: every thread the bound allows is in a call
+    /// from an earlier scrape or older than the timeout.
+    fn top_up(&self, st: &mut State, scrape: u64, slow: Duration, first: bool) -> (usize, bool) {
         if st.queue.is_empty() {
-            return (st, false);
+            return (0, false);
         }
         let now = Instant::now();
         let mut fresh = 0;
@@ -273,9 +279,10 @@ impl StatfsPool {
         let want = if first { 1 } else { self.shared.workers };
         let mut working = fresh;
         let mut woken = 0;
+        let mut wake = 0;
         while working < want && woken < st.queue.len() {
             if woken < st.idle {
-                self.shared.work.notify_one();
+                wake += 1;
             } else if st.threads < self.max_threads && self.spawn() {
                 st.threads += 1;
                 st.idle += 1; // until it takes a job
@@ -287,7 +294,7 @@ impl StatfsPool {
         }
         let stop =
             st.idle == 0 && fresh == 0 && st.threads >= self.max_threads && stuck == st.calls.len();
-        (st, stop)
+        (wake, stop)
     }
 
     fn spawn(&self) -> bool {
@@ -357,7 +364,10 @@ fn worker(shared: &Shared) {
             st.answers.push((job.index, result));
             st.outstanding -= 1;
             if st.outstanding == 0 {
+                // Outside the lock, which the woken scrape takes first.
+                drop(st);
                 shared.answered.notify_one();
+                st = lock(&shared.state);
             }
         }
         // `workers` threads outside a call stay; threads started in place

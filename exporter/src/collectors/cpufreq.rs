@@ -249,12 +249,10 @@ impl Collector for CpufreqCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
         // The cpu collector's /proc/cpuinfo family of the same name, when
-        // already written in this scrape, wins (see the module doc).
-        let freq_taken = memchr::memmem::find(
-            enc.written(),
-            format!("# TYPE {FREQ} gauge\n").as_bytes(),
-        )
-        .is_some();
+        // already written in this scrape, wins (see the module doc). Looked
+        // for only when there is a frequency to write: on a host without
+        // cpufreq (most VMs) the scrape's output is not scanned at all.
+        let mut freq_taken = None;
         for (dir, cpu) in self.cpus()? {
             let freq_dir = dir.join("cpufreq");
             let memo = self.freq_absent.entry(cpu.clone()).or_default();
@@ -270,7 +268,15 @@ impl Collector for CpufreqCollector {
                     continue;
                 };
                 match family {
-                    Some((name, _)) if *name == FREQ && freq_taken => {}
+                    Some((name, _))
+                        if *name == FREQ
+                            && *freq_taken.get_or_insert_with(|| {
+                                memchr::memmem::find(
+                                    enc.written(),
+                                    format!("# TYPE {FREQ} gauge\n").as_bytes(),
+                                )
+                                .is_some()
+                            }) => {}
                     Some((name, help)) => self.families.push(
                         *name,
                         *help,

@@ -24,6 +24,27 @@
 //! back with another inode (deleted and recreated, or renamed onto) gets
 //! fresh descriptors.
 //!
+//! On the live sysfs, 15 of the 22 are read again only after the kernel
+//! announces a change of that interface over rtnetlink
+//! ([`crate::link_events`]): every path that changes them sends an
+//! RTM_NEWLINK. MTU, addresses, queue length and type notify through
+//! their netdevice events whatever the interface's state; carrier,
+//! operational and dormant state through linkwatch while the interface is
+//! up, and while it is down sysfs masks them (EINVAL, `down`). The other
+//! seven are read at every scrape, because they change without one:
+//! `speed` and `duplex` (link renegotiation reaches the ethtool netlink
+//! family, not this one), `flags` (the kernel turns promiscuous mode on
+//! itself when a device without unicast filtering gets a secondary
+//! address), `iflink` (a veth's peer index moves with the peer's
+//! namespace), `netdev_group` (its sysfs file sets it silently),
+//! `link_mode` and `ifalias` (netlink announces them only while the
+//! interface is up). One known lag: the carrier counters are not masked,
+//! and a driver that moves carrier while the interface is down does so
+//! without a notification; they are refreshed when it comes up. Everything is read again when the socket overflowed, when anything
+//! but a link message arrives, and while sysfs and the socket disagree on
+//! an interface's index (sysfs from another network namespace than the
+//! daemon's: after three such scrapes, notifications are no longer used).
+//!
 //! usescope reads sysfs only: `--collector.netclass.netlink` is accepted
 //! and logs a warning. With it node_exporter reads netlink instead, which
 //! changes `node_network_info` (no `adminstate` label, another HELP) and
@@ -36,6 +57,7 @@ use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
 use crate::parse::{lines, parse_fresh};
+use crate::link_events::LinkEvents;
 use crate::source::{DirListing, SourceFile};
 
 pub const IGNORED: &str = "collector.netclass.ignored-devices";
@@ -136,6 +158,10 @@ const NUMERIC: [(&str, Desc); 17] = [
     ("type", prop!(gauge, "protocol_type")),
 ];
 const FLAGS: usize = 7;
+const IFINDEX: usize = 8;
+const IFLINK: usize = 9;
+const LINK_MODE: usize = 10;
+const NETDEV_GROUP: usize = 13;
 const SPEED: usize = 14;
 
 /// The text attributes.
@@ -145,6 +171,20 @@ const BROADCAST: usize = 1;
 const DUPLEX: usize = 2;
 const OPERSTATE: usize = 3;
 const IFALIAS: usize = 4;
+
+/// The attributes that change without a link notification (see the module
+/// doc): read at every scrape.
+fn read_every_scrape_numeric(k: usize) -> bool {
+    matches!(k, FLAGS | IFLINK | LINK_MODE | NETDEV_GROUP | SPEED)
+}
+fn read_every_scrape_text(k: usize) -> bool {
+    matches!(k, DUPLEX | IFALIAS)
+}
+
+/// Consecutive scrapes in which sysfs and the notification socket
+/// disagreed on an interface's index, after which notifications are
+/// no longer used.
+const MISMATCHES_TO_GIVE_UP: u32 = 3;
 
 const UP: Desc = Desc::gauge(
     "node_network_up",
@@ -244,6 +284,9 @@ struct Iface {
     /// Empty when absent, as procfs leaves a string it could not read.
     text: [String; TEXT.len()],
     seen: u64,
+    /// The attributes that only change with a link notification were read
+    /// after the last notification for this interface.
+    notified_current: bool,
 }
 
 impl Iface {
@@ -257,15 +300,25 @@ impl Iface {
             numeric: [None; NUMERIC.len()],
             text: Default::default(),
             seen: 0,
+            notified_current: false,
         }
     }
 
-    fn read(&mut self) -> Result<(), CollectError> {
-        for (file, value) in self.numeric_files.iter_mut().zip(&mut self.numeric) {
+    /// Reads the attributes, those that change only with a link
+    /// notification only if `all`.
+    fn read(&mut self, all: bool) -> Result<(), CollectError> {
+        let numeric = self.numeric_files.iter_mut().zip(&mut self.numeric);
+        for (k, (file, value)) in numeric.enumerate() {
+            if !all && !read_every_scrape_numeric(k) {
+                continue;
+            }
             let mut v = 0;
             *value = file.parse_with(|t| parse_int_into(t, &mut v))?.map(|()| v);
         }
         for (k, (file, value)) in self.text_files.iter_mut().zip(&mut self.text).enumerate() {
+            if !all && !read_every_scrape_text(k) {
+                continue;
+            }
             let parse = match k {
                 ADDRESS | BROADCAST => parse_address_into,
                 DUPLEX | OPERSTATE => parse_word_into,
@@ -296,6 +349,11 @@ pub struct NetClassCollector {
     /// Sorted by name; interfaces gone from class/net are dropped.
     ifaces: Vec<Iface>,
     scrape: u64,
+    /// Link notifications, on the live sysfs; None: every attribute is
+    /// read at every scrape.
+    links: Option<LinkEvents>,
+    /// Consecutive scrapes with an index disagreement (see the module doc).
+    mismatches: u32,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
@@ -304,6 +362,19 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
             "--{NETLINK} has no effect: usescope reads the same attributes from sysfs"
         );
     }
+    // A fixture tree can change at any moment without a notification.
+    let links = crate::source::is_sysfs(&s.sysfs)
+        .then(|| {
+            LinkEvents::open()
+                .map_err(|e| {
+                    tracing::info!(
+                        error = %e,
+                        "no rtnetlink link notifications: netclass reads every attribute at every scrape"
+                    )
+                })
+                .ok()
+        })
+        .flatten();
     Box::new(NetClassCollector {
         net: s.sysfs.join("class/net"),
         ignored: s.regex(IGNORED).cloned(),
@@ -311,16 +382,22 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         listing: DirListing::of_devices(),
         ifaces: Vec::new(),
         scrape: 0,
+        links,
+        mismatches: 0,
     })
 }
 
 impl NetClassCollector {
     fn read(&mut self) -> Result<(), CollectError> {
         self.scrape += 1;
+        // Before sysfs is read: a change made after this point is either
+        // in what is read now, or announced to the next scrape.
+        self.take_notifications();
         if !self.listing.read(&self.net)? {
             self.ifaces.clear();
             return Ok(());
         }
+        let mut mismatched = false;
         for e in self.listing.entries() {
             if e.is_file || self.ignored.as_ref().is_some_and(|r| r.is_match(&e.name)) {
                 continue;
@@ -337,12 +414,62 @@ impl NetClassCollector {
                     i
                 }
             };
-            self.ifaces[i].seen = self.scrape;
-            self.ifaces[i].read()?;
+            let iface = &mut self.ifaces[i];
+            iface.seen = self.scrape;
+            let all = !iface.notified_current;
+            iface.read(all)?;
+            if all && let Some(links) = &self.links {
+                // Trusted only if the socket's namespace has this interface
+                // under the same index.
+                let index = iface.numeric[IFINDEX];
+                iface.notified_current = index.is_some() && links.index_of(&iface.name).map(i64::from) == index;
+                mismatched |= !iface.notified_current;
+            }
         }
         let scrape = self.scrape;
         self.ifaces.retain(|i| i.seen == scrape);
+        self.note_mismatch(mismatched);
         Ok(())
+    }
+
+    /// Marks the interfaces named by link notifications (all of them, when
+    /// the notifications may be incomplete) for a full read.
+    fn take_notifications(&mut self) {
+        let Some(links) = &mut self.links else {
+            return;
+        };
+        let ifaces = &mut self.ifaces;
+        let exact = links.drain(|index| {
+            for i in ifaces.iter_mut() {
+                if i.numeric[IFINDEX] == Some(i64::from(index)) {
+                    i.notified_current = false;
+                }
+            }
+        });
+        if !exact {
+            for i in ifaces.iter_mut() {
+                i.notified_current = false;
+            }
+        }
+    }
+
+    fn note_mismatch(&mut self, mismatched: bool) {
+        if !mismatched {
+            self.mismatches = 0;
+            return;
+        }
+        self.mismatches += 1;
+        if self.mismatches >= MISMATCHES_TO_GIVE_UP && self.links.is_some() {
+            tracing::info!(
+                sysfs = %self.net.display(),
+                "sysfs lists interfaces that the daemon's network namespace has under other indexes \
+                 (a sysfs mounted from another namespace?): netclass reads every attribute at every scrape"
+            );
+            self.links = None;
+            for i in &mut self.ifaces {
+                i.notified_current = false;
+            }
+        }
     }
 
     /// The value exported for property `k`: speed is in bytes per second
