@@ -62,6 +62,8 @@ pub struct Scraper {
     epoch: Instant,
     /// Whether an absent source may have appeared since the last scrape.
     appearing: Mutex<Option<absence::Watch>>,
+    /// Numbers the scrapes, for sources that collectors share.
+    scrapes: AtomicU64,
 }
 
 impl Scraper {
@@ -71,6 +73,7 @@ impl Scraper {
             self_metrics: Mutex::new(self_metrics),
             epoch: Instant::now(),
             appearing: Mutex::new(None),
+            scrapes: AtomicU64::new(0),
         }
     }
 
@@ -120,7 +123,8 @@ impl Scraper {
         if let Some(watch) = lock(&self.appearing).as_mut() {
             watch.refresh();
         }
-        let mut enc = Encoder::new(buf, format);
+        let n = self.scrapes.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut enc = Encoder::for_scrape(buf, format, n);
         for e in &self.entries {
             if abandoned.load(Ordering::Relaxed) {
                 return;

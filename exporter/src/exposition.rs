@@ -155,11 +155,32 @@ impl From<f64> for Value {
 pub struct Encoder<'b> {
     buf: &'b mut Vec<u8>,
     format: Format,
+    scrape: Option<u64>,
 }
 
 impl<'b> Encoder<'b> {
     pub fn new(buf: &'b mut Vec<u8>, format: Format) -> Encoder<'b> {
-        Encoder { buf, format }
+        Encoder {
+            buf,
+            format,
+            scrape: None,
+        }
+    }
+
+    /// An encoder for the scraper's scrape number `n`: collectors that
+    /// share a source read it once per scrape ([`Encoder::scrape`]).
+    pub fn for_scrape(buf: &'b mut Vec<u8>, format: Format, n: u64) -> Encoder<'b> {
+        Encoder {
+            buf,
+            format,
+            scrape: Some(n),
+        }
+    }
+
+    /// Which scrape this is; None outside a scraper (tools, unit tests),
+    /// where every collector reads its own sources.
+    pub fn scrape(&self) -> Option<u64> {
+        self.scrape
     }
 
     pub fn format(&self) -> Format {

@@ -464,7 +464,7 @@ pub struct CpuCollector {
     sysfs: std::path::PathBuf,
     /// `sysfs` is a real sysfs mount (cheaper attribute reads).
     on_sysfs: bool,
-    stat_file: SourceFile,
+    stat: stat::Shared,
     parsed: Stat,
     /// Indexed by CPU id; reused across scrapes.
     last: Vec<Last>,
@@ -506,7 +506,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         bugs_include,
         sysfs: s.sysfs.clone(),
         on_sysfs: crate::source::is_sysfs(&s.sysfs),
-        stat_file: SourceFile::new(&s.procfs, "stat"),
+        stat: s.shared_stat(),
         parsed: Stat::default(),
         last: Vec::new(),
         scrapes: 0,
@@ -665,11 +665,13 @@ impl Collector for CpuCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         // Everything is read and parsed before the clamp state changes or
         // anything is written.
-        let parsed = &mut self.parsed;
-        let have_stat = self
-            .stat_file
-            .parse_with(|t| stat::parse_into(t, parsed))?
-            .is_some();
+        let have_stat = match stat::lock(&self.stat).get(enc.scrape())? {
+            Some(s) => {
+                self.parsed.clone_from(s);
+                true
+            }
+            None => false,
+        };
         let isolated = &mut self.isolated;
         if self
             .isolated_file

@@ -15,6 +15,7 @@
 //! encoded (see [`Parser`]).
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use regex::Regex;
@@ -419,6 +420,10 @@ pub struct Settings {
     pub rootfs: PathBuf,
     /// Flag name → value, for every registered flag that has a value.
     flags: Vec<(&'static str, FlagValue)>,
+    /// `<procfs>/stat`, which the cpu and stat collectors both report
+    /// from: made by the first of them that is built, shared with the
+    /// other (and with copies of these settings that have the same procfs).
+    shared_stat: Arc<Mutex<Vec<(PathBuf, stat::Shared)>>>,
 }
 
 impl Settings {
@@ -430,6 +435,7 @@ impl Settings {
             udev: None,
             rootfs: PathBuf::from("/"),
             flags: Vec::new(),
+            shared_stat: Arc::default(),
         };
         for flag in ALL.iter().flat_map(|spec| spec.flags) {
             if let Some(default) = flag.default {
@@ -438,6 +444,18 @@ impl Settings {
                 s.set(flag.name, Some(v));
             }
         }
+        s
+    }
+
+    /// `<procfs>/stat`, read and parsed once per scrape for every collector
+    /// built from these settings that asks for it.
+    pub fn shared_stat(&self) -> stat::Shared {
+        let mut made = self.shared_stat.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, s)) = made.iter().find(|(at, _)| *at == self.procfs) {
+            return s.clone();
+        }
+        let s = stat::SharedStat::at(&self.procfs);
+        made.push((self.procfs.clone(), s.clone()));
         s
     }
 

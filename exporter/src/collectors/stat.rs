@@ -18,6 +18,9 @@ use crate::exposition::{Desc, Encoder};
 use crate::parse::{cpu_id, fields, lines, next_field, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
 pub const SPEC: Spec = Spec {
     name: "stat",
     default_enabled: true,
@@ -180,25 +183,78 @@ fn cpu_ticks<'a>(fields: impl Iterator<Item = &'a str>, n: usize) -> Result<CpuT
     Ok(ticks)
 }
 
-pub struct StatCollector {
+/// /proc/stat for the cpu and stat collectors, which both report from it:
+/// read and parsed by whichever of them runs first in a scrape, and
+/// handed to the other as it was (node_exporter reads it twice). The
+/// kernel's side of one read is most of its cost: show_stat sums every
+/// CPU's counters and walks every interrupt.
+pub struct SharedStat {
     file: SourceFile,
     parsed: Stat,
+    /// The scrape whose read `parsed` holds. A failed read sets nothing:
+    /// the other collector then reads again and reports its own error.
+    read_in: Option<u64>,
+    /// Whether that read found the file.
+    present: bool,
+}
+
+pub type Shared = Arc<Mutex<SharedStat>>;
+
+impl std::fmt::Debug for SharedStat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStat")
+            .field("path", &self.file.path())
+            .field("read_in", &self.read_in)
+            .finish()
+    }
+}
+
+impl SharedStat {
+    pub fn at(procfs: &Path) -> Shared {
+        Arc::new(Mutex::new(SharedStat {
+            file: SourceFile::new(procfs, "stat"),
+            parsed: Stat::default(),
+            read_in: None,
+            present: false,
+        }))
+    }
+
+    /// Scrape `scrape`'s parse of the file (read now unless another
+    /// collector did in this scrape; always, outside a scraper), or None
+    /// when the file is absent.
+    pub fn get(&mut self, scrape: Option<u64>) -> Result<Option<&Stat>, CollectError> {
+        if scrape.is_none() || scrape != self.read_in {
+            self.read_in = None;
+            let parsed = &mut self.parsed;
+            self.present = self.file.parse_with(|t| parse_into(t, parsed))?.is_some();
+            self.read_in = scrape;
+        }
+        Ok(self.present.then_some(&self.parsed))
+    }
+}
+
+/// Locks a shared /proc/stat; a collector that panicked while holding it
+/// left a parse that the next read replaces.
+pub fn lock(s: &Shared) -> MutexGuard<'_, SharedStat> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub struct StatCollector {
+    stat: Shared,
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(StatCollector {
-        file: SourceFile::new(&s.procfs, "stat"),
-        parsed: Stat::default(),
+        stat: s.shared_stat(),
     })
 }
 
 impl Collector for StatCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let parsed = &mut self.parsed;
-        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
+        let mut shared = lock(&self.stat);
+        let Some(p) = shared.get(enc.scrape())? else {
             return Ok(());
-        }
-        let p = &self.parsed;
+        };
         for (desc, v) in [
             (&INTR, p.intr),
             (&CTXT, p.context_switches),
@@ -319,6 +375,52 @@ mod tests {
         // Truncated in the middle of the file: the tail lines are missing.
         let half = &FIXTURE[..FIXTURE.len() / 2];
         assert!(parse(half).is_err());
+    }
+
+    /// The cpu and stat collectors built from one Settings read /proc/stat
+    /// once per scrape: within a scrape the second sees what the first
+    /// read, the next scrape reads again, a failed read is read again by
+    /// the other, and outside a scraper every collect reads.
+    #[test]
+    fn one_read_per_scrape_for_cpu_and_stat() {
+        use crate::exposition::Format;
+        let dir = tempfile::tempdir().unwrap();
+        let stat_path = dir.path().join("stat");
+        let with_ctxt = |n: u64| FIXTURE.replace("ctxt 390823", &format!("ctxt {n}"));
+        std::fs::write(&stat_path, with_ctxt(1)).unwrap();
+        let s = Settings::with_roots(dir.path(), "/nonexistent");
+        let mut cpu = crate::collectors::cpu::build(&s);
+        let mut stat = build(&s);
+        let scrape = |n: u64, cpu: &mut Box<dyn Collector>, stat: &mut Box<dyn Collector>, between: &dyn Fn()| {
+            let mut buf = Vec::new();
+            let mut enc = Encoder::for_scrape(&mut buf, Format::PrometheusText, n);
+            let cpu_ok = cpu.collect(&mut enc).is_ok();
+            between();
+            let stat_result = stat.collect(&mut enc).map(|()| String::from_utf8(buf).unwrap());
+            (cpu_ok, stat_result)
+        };
+        let ctxt = |out: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix("node_context_switches_total "))
+                .unwrap()
+                .to_string()
+        };
+        let write = |n: u64| std::fs::write(&stat_path, with_ctxt(n)).unwrap();
+        let (ok, out) = scrape(1, &mut cpu, &mut stat, &|| write(2));
+        assert!(ok);
+        assert_eq!(ctxt(&out.unwrap()), "1", "stat read again within the scrape");
+        let (_, out) = scrape(2, &mut cpu, &mut stat, &|| {});
+        assert_eq!(ctxt(&out.unwrap()), "2", "the next scrape did not read again");
+
+        std::fs::write(&stat_path, "garbage\n").unwrap();
+        let (ok, out) = scrape(3, &mut cpu, &mut stat, &|| write(4));
+        assert!(!ok, "cpu parsed garbage");
+        assert_eq!(ctxt(&out.unwrap()), "4", "after cpu's failed read, stat did not read");
+
+        write(5);
+        assert!(render(stat.as_mut()).unwrap().contains("node_context_switches_total 5\n"));
+        write(6);
+        assert!(render(stat.as_mut()).unwrap().contains("node_context_switches_total 6\n"));
     }
 
     #[test]
