@@ -63,6 +63,12 @@ impl Epoch {
     pub fn now() -> Epoch {
         Epoch(current())
     }
+
+    /// No mount, uevent or 5-minute tick since this epoch was taken. Never
+    /// true before a [`Watch`] exists.
+    pub fn unmoved(self) -> bool {
+        self.0 != 0 && self.0 == current()
+    }
 }
 
 /// When something was seen at a path: it still holds while the epoch has

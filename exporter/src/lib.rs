@@ -12,6 +12,7 @@ pub mod collector;
 pub mod collectors;
 pub mod error;
 pub mod exposition;
+pub mod file_watch;
 pub mod http;
 pub mod link_events;
 pub mod parse;

@@ -21,6 +21,8 @@ use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
 use crate::parse::lines;
+use crate::absence::Epoch;
+use crate::file_watch::FileWatch;
 use crate::source::SourceFile;
 
 pub const SPEC: Spec = Spec {
@@ -376,6 +378,10 @@ pub struct OsCollector {
     /// The file `parsed` came from, as stat saw it just before the read,
     /// and what was derived from it.
     cached: Option<(Identity, Derived)>,
+    /// Watches on the directories of both files and of the one a symbolic
+    /// link leads to, made before the last stat, and the absence epoch then
+    /// (file_watch.rs): while neither moved, the stat is skipped.
+    watch: Option<(FileWatch, Epoch)>,
 }
 
 /// What changes when os-release is edited or replaced: a package upgrade
@@ -414,6 +420,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         usr_lib: SourceFile::new(&s.rootfs, "usr/lib/os-release"),
         parsed: OsRelease::default(),
         cached: None,
+        watch: None,
     })
 }
 
@@ -425,30 +432,70 @@ fn read(file: &mut SourceFile, out: &mut OsRelease) -> Result<Option<Derived>, C
     })
 }
 
-impl Collector for OsCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+impl OsCollector {
+    /// What to report: the last derivation while nothing could have changed
+    /// the files, else stat's word on them, read again if they changed.
+    /// `Ok(None)`: neither file is there.
+    fn current(&mut self) -> Result<Option<Derived>, CollectError> {
+        let watching = match &mut self.watch {
+            Some((w, epoch)) => {
+                let intact = !w.changed();
+                if intact && epoch.unmoved() && let Some((_, d)) = self.cached {
+                    return Ok(Some(d));
+                }
+                intact
+            }
+            None => false,
+        };
+        // The watch (or the epoch) is taken before the stat, so a change
+        // right after the stat is reported to the next scrape.
+        if watching {
+            if let Some((_, epoch)) = &mut self.watch {
+                *epoch = Epoch::now();
+            }
+        } else {
+            self.watch = self.new_watch();
+        }
         // os-release is read again only when stat says it changed: the
         // file is the same at almost every scrape, and reading it (open,
         // checks, read, close, parse) costs several times the stat.
         let now = Identity::of(self.etc.path(), true)
             .or_else(|| Identity::of(self.usr_lib.path(), false));
-        let derived = match (self.cached, now) {
-            (Some((was, d)), Some(now)) if was == now => d,
-            _ => {
-                self.cached = None;
-                let (derived, first) = match read(&mut self.etc, &mut self.parsed)? {
-                    Some(d) => (d, true),
-                    None => match read(&mut self.usr_lib, &mut self.parsed)? {
-                        Some(d) => (d, false),
-                        None => return Ok(()),
-                    },
-                };
-                // Cached only if what was stat'ed is the file that was read.
-                if let Some(now) = now.filter(|n| n.first == first) {
-                    self.cached = Some((now, derived));
-                }
-                derived
-            }
+        if let (Some((was, d)), Some(now)) = (self.cached, now)
+            && was == now
+        {
+            return Ok(Some(d));
+        }
+        self.cached = None;
+        let (derived, first) = match read(&mut self.etc, &mut self.parsed)? {
+            Some(d) => (d, true),
+            None => match read(&mut self.usr_lib, &mut self.parsed)? {
+                Some(d) => (d, false),
+                None => return Ok(None),
+            },
+        };
+        // Cached only if what was stat'ed is the file that was read.
+        if let Some(now) = now.filter(|n| n.first == first) {
+            self.cached = Some((now, derived));
+        }
+        Ok(Some(derived))
+    }
+
+    /// Watches for both files and for where `/etc/os-release` leads; None
+    /// (stat at every scrape) if any of those directories cannot be watched.
+    fn new_watch(&self) -> Option<(FileWatch, Epoch)> {
+        let epoch = Epoch::now();
+        let target = std::fs::canonicalize(self.etc.path()).ok();
+        let mut files = vec![self.etc.path(), self.usr_lib.path()];
+        files.extend(target.as_deref());
+        FileWatch::new(&files).ok().map(|w| (w, epoch))
+    }
+}
+
+impl Collector for OsCollector {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let Some(derived) = self.current()? else {
+            return Ok(());
         };
         let v = &self.parsed.values;
         let labels: [(&str, &str); 12] =
