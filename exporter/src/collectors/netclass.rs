@@ -40,9 +40,10 @@
 //! `link_mode` and `ifalias` (netlink announces them only while the
 //! interface is up). One known lag: the carrier counters are not masked,
 //! and a driver that moves carrier while the interface is down does so
-//! without a notification; they are refreshed when it comes up. Everything is read again when the socket overflowed, when anything
-//! but a link message arrives, and while sysfs and the socket disagree on
-//! an interface's index (sysfs from another network namespace than the
+//! without a notification; they are refreshed when it comes up.
+//! Everything is read again when the socket overflowed, when anything but
+//! a link message arrives, and while sysfs and the socket disagree on an
+//! interface's index (sysfs from another network namespace than the
 //! daemon's: after three such scrapes, notifications are no longer used).
 //!
 //! usescope reads sysfs only: `--collector.netclass.netlink` is accepted
