@@ -8,18 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
+
+use common::host::{DeleteLink, Unmount, run};
 
 use usescope::absence::{Epoch, Memo, Watch};
-
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The library side: a uevent moves the epoch, so the memo forgets. Without
 /// one, the memo holds (retried: another process may send a uevent at any
@@ -167,23 +159,4 @@ fn a_network_interface_that_comes_renamed_and_goes_is_seen_at_the_next_scrape() 
         [false, false],
         "{peer} went with it"
     );
-}
-
-/// Deletes a network interface when the test ends, pass or fail.
-struct DeleteLink(String);
-
-impl Drop for DeleteLink {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
-    }
-}
-
-/// Unmounts (lazily) when the test ends, pass or fail. Declared inner
-/// mounts last, so they are dropped, and unmounted, first.
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }

@@ -8,17 +8,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::host::{DeleteLink, DeleteNetns, Unmount, run};
 
 fn ip(args: &[&str]) {
     run("ip", args);
@@ -223,7 +215,7 @@ fn sysfs_of_another_network_namespace_is_read_in_full() {
             &path,
         ],
     );
-    let _unmount = Unmount(path.clone());
+    let _unmount = Unmount(sysfs.path().to_path_buf());
     let d = common::Daemon::start(&[
         "--collector.disable-defaults",
         "--collector.netclass",
@@ -245,31 +237,4 @@ fn sysfs_of_another_network_namespace_is_read_in_full() {
     let text = d.scrape();
     assert_eq!(value(&text, "mtu_bytes", &b), Some(1300.0), "{text}");
     assert_eq!(value(&text, "mtu_bytes", "lo"), Some(1234.0), "{text}");
-}
-
-/// Deletes a network interface when the test ends, pass or fail.
-struct DeleteLink(String);
-
-impl Drop for DeleteLink {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
-    }
-}
-
-struct DeleteNetns(String);
-
-impl Drop for DeleteNetns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-/// Unmounts (lazily) when the test ends, pass or fail; declared after the
-/// daemon's namespace, so dropped before it.
-struct Unmount(String);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").args(["-l", &self.0]).status();
-    }
 }

@@ -437,24 +437,19 @@ impl OsCollector {
     /// the files, else stat's word on them, read again if they changed.
     /// `Ok(None)`: neither file is there.
     fn current(&mut self) -> Result<Option<Derived>, CollectError> {
-        let watching = match &mut self.watch {
-            Some((w, epoch)) => {
-                let intact = !w.changed();
-                if intact && epoch.unmoved() && let Some((_, d)) = self.cached {
-                    return Ok(Some(d));
-                }
-                intact
-            }
-            None => false,
-        };
         // The watch (or the epoch) is taken before the stat, so a change
         // right after the stat is reported to the next scrape.
-        if watching {
-            if let Some((_, epoch)) = &mut self.watch {
+        let intact = self.watch.as_mut().is_some_and(|(w, _)| !w.changed());
+        match &mut self.watch {
+            Some((_, epoch)) if intact => {
+                if epoch.unmoved()
+                    && let Some((_, d)) = self.cached
+                {
+                    return Ok(Some(d));
+                }
                 *epoch = Epoch::now();
             }
-        } else {
-            self.watch = self.new_watch();
+            _ => self.watch = self.new_watch(),
         }
         // os-release is read again only when stat says it changed: the
         // file is the same at almost every scrape, and reading it (open,
