@@ -9,9 +9,11 @@
 FROM rust:1.95-bookworm AS build
 # clang/llvm compile ebpf-probes/*.bpf.c to BPF objects; libbpf-dev provides
 # bpf_helpers.h and friends. vmlinux.h is checked in, so no BTF is needed
-# on the build host.
+# on the build host. nasm and the autotools build ISA-L's igzip (gzip for
+# /metrics), which is linked statically.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends clang llvm libbpf-dev \
+    nasm autoconf automake libtool make \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Every workspace member's manifest must be present for cargo to resolve

@@ -8,7 +8,8 @@ set -euo pipefail
 
 packages=(
   clang llvm libbpf-dev bpftool   # compile the eBPF programs (build.rs)
-  gcc libc6-dev                   # link Rust binaries; compile libdeflate (gzip) from its crate
+  gcc libc6-dev                   # link Rust binaries
+  nasm autoconf automake libtool make  # build ISA-L's igzip (gzip for /metrics) from the isal-sys crate
   prometheus prometheus-alertmanager  # promtool, amtool and the real servers the tests start
   docker-compose                  # docker-compose.yml: validation, and the stack in tests/container/run.sh
   docker.io debootstrap           # tests/container/run.sh: its own dockerd (with containerd, runc, ctr), a base image made locally

@@ -35,6 +35,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use crate::collector::Scraper;
 use crate::exposition::Format;
+use crate::gzip::GzipEncoder;
 use crate::server::Authenticated;
 
 pub struct AppState {
@@ -44,6 +45,9 @@ pub struct AppState {
     /// The encode buffer kept from the last gzip scrape (taken by the
     /// running scrape), and the length of the last body.
     spare: std::sync::Mutex<(Vec<u8>, usize)>,
+    /// Kept between scrapes for its buffers; scrapes take turns, so it is
+    /// never contended.
+    gzip: std::sync::Mutex<GzipEncoder>,
     /// None when `--web.max-requests 0`.
     pub limit: Option<Arc<Semaphore>>,
     pub telemetry_path: String,
@@ -62,6 +66,7 @@ impl AppState {
             scraper: Arc::new(scraper),
             turn: Mutex::new(Latest::default()),
             spare: std::sync::Mutex::new((Vec::new(), 64 * 1024)),
+            gzip: std::sync::Mutex::new(GzipEncoder::new()),
             limit: (max_requests > 0).then(|| Arc::new(Semaphore::new(max_requests))),
             telemetry_path: telemetry_path.to_string(),
             ready: AtomicBool::new(true),
@@ -101,7 +106,8 @@ impl AppState {
         self.scraper.scrape_into(format, &mut buf, abandoned);
         let len = buf.len();
         let (body, keep) = if gzip {
-            (gzip_compress(&buf).map(Bytes::from), buf)
+            let mut encoder = self.gzip.lock().unwrap_or_else(|p| p.into_inner());
+            (encoder.compress(&buf).map(Bytes::from), buf)
         } else {
             (Ok(Bytes::from(buf)), Vec::new())
         };
@@ -169,21 +175,6 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
             });
             name.eq_ignore_ascii_case("gzip") && !q_zero
         })
-}
-
-/// libdeflate level 1 (level 0 would only store). Compression levels are
-/// 0..=12, so this constant is always valid.
-const GZIP_LEVEL: libdeflater::CompressionLvl = match libdeflater::CompressionLvl::new(1) {
-    Ok(l) => l,
-    Err(_) => panic!("libdeflate level 1 exists"),
-};
-
-fn gzip_compress(data: &[u8]) -> Result<Vec<u8>, String> {
-    let mut c = libdeflater::Compressor::new(GZIP_LEVEL);
-    let mut z = vec![0u8; c.gzip_compress_bound(data.len())];
-    let n = c.gzip_compress(data, &mut z).map_err(|e| e.to_string())?;
-    z.truncate(n);
-    Ok(z)
 }
 
 async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {

@@ -13,6 +13,7 @@ pub mod collectors;
 pub mod error;
 pub mod exposition;
 pub mod file_watch;
+pub mod gzip;
 pub mod http;
 pub mod link_events;
 pub mod parse;

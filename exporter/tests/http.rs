@@ -64,6 +64,13 @@ fn gzip_when_accepted() {
         .read_to_string(&mut out)
         .unwrap();
     assert!(out.contains("node_load1 "));
+    // The same series as an uncompressed scrape (values may move).
+    let series = |body: &str| -> Vec<String> {
+        body.lines()
+            .map(|l| l.rsplit_once(' ').map_or(l, |(k, _)| k).to_string())
+            .collect()
+    };
+    assert_eq!(series(&out), series(&d.get("/metrics").text()));
 }
 
 #[test]
