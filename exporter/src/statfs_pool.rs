@@ -50,6 +50,10 @@ pub struct Stats {
     pub bavail: u64,
     pub files: u64,
     pub ffree: u64,
+    /// `f_flags`: the mount's and the superblock's flags (`ST_RDONLY` is
+    /// set when either is read-only); the filesystem collector watches it
+    /// for changes that come without a mount event.
+    pub flags: u64,
 }
 
 /// One mount point's result in one scrape.
@@ -380,16 +384,19 @@ fn worker(shared: &Shared) {
     }
 }
 
-/// statfs(2), retried on EINTR; the error is the errno. (The field types
-/// of `struct statfs` differ between architectures, hence the casts.)
+/// statfs(2), retried on EINTR; the error is the errno. Called through
+/// the C library's statvfs(), which is that one system call with its
+/// result copied: the libc crate's `struct statfs` hides `f_flags`, and
+/// statvfs's `f_flag` is the same value. (The field types differ between
+/// architectures, hence the casts.)
 #[allow(clippy::unnecessary_cast)]
 pub fn statfs(path: &CStr) -> Result<Stats, i32> {
     loop {
-        let mut buf = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+        let mut buf = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
         // SAFETY: a NUL-terminated path and a buffer of the right type.
-        let r = unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) };
+        let r = unsafe { libc::statvfs(path.as_ptr(), buf.as_mut_ptr()) };
         if r == 0 {
-            // SAFETY: statfs filled it (and it was zeroed before).
+            // SAFETY: statvfs filled it (and it was zeroed before).
             let s = unsafe { buf.assume_init() };
             return Ok(Stats {
                 bsize: s.f_bsize as i64,
@@ -398,6 +405,7 @@ pub fn statfs(path: &CStr) -> Result<Stats, i32> {
                 bavail: s.f_bavail as u64,
                 files: s.f_files as u64,
                 ffree: s.f_ffree as u64,
+                flags: s.f_flag as u64,
             });
         }
         let e = std::io::Error::last_os_error()
@@ -430,6 +438,7 @@ mod tests {
         bavail: 4,
         files: 100,
         ffree: 50,
+        flags: 0,
     };
 
     /// A statfs that answers at once, except on `/hang-G/...` paths, which

@@ -19,8 +19,11 @@
 //! - `readonly` comes from the mount and superblock options (`ro`, or the
 //!   superblock's `emergency_ro`), as in node_exporter 1.12, not from statfs.
 //!
-//! The mount list is rebuilt (labels, filters, duplicates) only when the
-//! text of mountinfo changes; an unchanged one costs a comparison.
+//! mountinfo is read only when the mount table may have changed: a mount
+//! event, a mount's statfs flags moving, an ext4 error counter moving, or
+//! the absence epoch moving (see mount_changes.rs for why these cover what
+//! the collector reports). The mount list is rebuilt (labels, filters,
+//! duplicates) only when the text read differs from the last.
 
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
@@ -30,7 +33,9 @@ use std::time::Duration;
 
 use regex::Regex;
 
+use crate::absence::Epoch;
 use crate::collector::Collector;
+use crate::collectors::mount_changes::{MountChanges, Table};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder, Value};
@@ -398,6 +403,8 @@ struct Entry {
     /// The last statfs errno and its text, the `device_error` label.
     errno: i32,
     error_text: String,
+    /// statfs's `f_flags` at the last scrape that answered.
+    flags: Option<u64>,
 }
 
 impl Entry {
@@ -420,6 +427,10 @@ pub struct FilesystemCollector {
     fs_types: Filter,
     pool: StatfsPool,
     timeout: Duration,
+    /// Whether mountinfo must be read at this scrape.
+    changes: MountChanges,
+    /// Which mountinfo was read last.
+    table: Table,
     /// The mountinfo text the entries were built from.
     built_from: String,
     entries: Vec<Entry>,
@@ -446,6 +457,8 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         fs_types: Filter::new(s, FS_TYPES_EXCLUDE, FS_TYPES_INCLUDE),
         pool: StatfsPool::new(workers, timeout),
         timeout,
+        changes: MountChanges::new(&s.procfs, &s.sysfs),
+        table: Table::Pid1,
         built_from: String::new(),
         entries: Vec::new(),
         paths: Vec::new(),
@@ -512,6 +525,7 @@ fn entries_of(
             answered: old.as_ref().is_none_or(|o| o.answered),
             timed_out: old.as_ref().is_some_and(|o| o.timed_out),
             errno: old.as_ref().map_or(0, |o| o.errno),
+            flags: old.as_ref().and_then(|o| o.flags),
             error_text: old.map(|o| o.error_text).unwrap_or_default(),
         });
     }
@@ -519,7 +533,10 @@ fn entries_of(
 
 impl FilesystemCollector {
     /// Asks statfs about every entry, those that answered last time first.
-    fn stat_entries(&mut self) {
+    /// Says whether a mount's flags moved since the last scrape, and
+    /// whether some mount's flags are unknown (it did not answer).
+    fn stat_entries(&mut self) -> FlagNews {
+        let mut news = FlagNews::default();
         self.order.clear();
         for pass in [true, false] {
             for (i, e) in self.entries.iter().enumerate() {
@@ -540,6 +557,16 @@ impl FilesystemCollector {
                 e.errno = errno;
                 e.error_text = errno_text(errno);
             }
+            match *o {
+                Outcome::Stats(st) => {
+                    news.moved |= e.flags.is_some_and(|f| f != st.flags);
+                    e.flags = Some(st.flags);
+                }
+                _ => {
+                    news.unknown = true;
+                    e.flags = None;
+                }
+            }
             e.answered = matches!(o, Outcome::Stats(_) | Outcome::Error(_));
             let timed_out = *o == Outcome::Timeout;
             if timed_out && !e.timed_out {
@@ -553,6 +580,7 @@ impl FilesystemCollector {
             }
             e.timed_out = timed_out;
         }
+        news
     }
 
     /// Writes the families in node_exporter's (sorted) order.
@@ -624,6 +652,40 @@ fn bytes(s: &Stats, blocks: u64) -> Value {
 
 impl Collector for FilesystemCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let fresh = self.changes.must_read(self.table) | self.built_from.is_empty();
+        if fresh {
+            self.read_table()?;
+        }
+        let mut news = self.stat_entries();
+        if news.moved && !fresh {
+            // A mount's flags moved without a mount event: a superblock
+            // turned read-only or back (mount_changes.rs).
+            self.read_table()?;
+            news = self.stat_entries();
+        }
+        if news.unknown {
+            self.changes.read_next_time();
+        }
+        self.emit(enc);
+        Ok(())
+    }
+}
+
+/// What statfs's flags said at one scrape.
+#[derive(Default)]
+struct FlagNews {
+    /// A mount's flags differ from the last scrape's.
+    moved: bool,
+    /// A mount did not answer, so a change of its flags would go unseen.
+    unknown: bool,
+}
+
+impl FilesystemCollector {
+    /// Reads mountinfo, and rebuilds the entries when its text changed.
+    fn read_table(&mut self) -> Result<(), CollectError> {
+        // Until this read succeeds, the next scrape reads again.
+        self.changes.read_next_time();
+        let started = Epoch::now();
         // /proc/1 is hidden under hidepid=2 (ENOENT): node_exporter then
         // reads this process's mounts. Any other failure is an error.
         let (text, primary) = match self.primary.read()? {
@@ -640,6 +702,11 @@ impl Collector for FilesystemCollector {
                     ));
                 }
             },
+        };
+        self.table = if primary {
+            Table::Pid1
+        } else {
+            Table::OwnProcess
         };
         if text != self.built_from {
             let mut mounts = recycle(std::mem::take(&mut self.mounts));
@@ -665,8 +732,11 @@ impl Collector for FilesystemCollector {
                 return Err(file.parse_error(e));
             }
         }
-        self.stat_entries();
-        self.emit(enc);
+        let ext4 = self
+            .entries
+            .iter()
+            .any(|e| matches!(e.fs_type.as_str(), "ext2" | "ext3" | "ext4"));
+        self.changes.was_read(started, ext4);
         Ok(())
     }
 }

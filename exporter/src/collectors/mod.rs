@@ -25,6 +25,7 @@ use crate::error::ParseError;
 
 pub mod btrfs_ioctl;
 pub mod dynamic;
+pub mod mount_changes;
 pub mod rpc_stats;
 pub mod sysfs;
 

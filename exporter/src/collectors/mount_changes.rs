@@ -1,0 +1,221 @@
+//! Whether the mount table may have changed since the filesystem collector
+//! last read it, so that an unchanged one is not read at every scrape.
+//!
+//! mountinfo is the dearest file a scrape reads: the kernel formats every
+//! mount's paths and options, 38 µs here with warm caches and 83 µs cold
+//! for 22 mounts (BENCHMARKS.md), and the text is nearly always the same as
+//! the last time. What it shows changes in these ways, each with a signal:
+//!
+//! - **A mount, unmount, move or remount** in the mount namespace of the
+//!   file read: poll() reports POLLPRI on that very mountinfo file (`/proc/1`
+//!   or `/proc/self`), which is kept open for it.
+//! - **A superblock turning read-only or back** without a mount event in
+//!   that namespace (a filesystem's error handling, as btrfs's or older
+//!   ext4's; a remount from another mount namespace): statfs, which runs at
+//!   every scrape anyway, reports the superblock's and the mount's flags
+//!   (`ST_RDONLY` is either's read-only bit), so the collector compares each
+//!   mount's `f_flags` with the last scrape's and reads the table again
+//!   when one moved ([`FilesystemCollector`](super::filesystem)).
+//! - **ext4's `emergency_ro`** (Linux 6.15+: after an error under
+//!   `errors=remount-ro`, ext4 marks the superblock `emergency_ro` in its
+//!   options instead of setting it read-only, so statfs still says
+//!   read-write): the error first raises `/sys/fs/ext4/<dev>/errors_count`,
+//!   which is read at every scrape for each ext4 superblock. The counter is
+//!   raised a few instructions before the mark is set, so after it moves the
+//!   table is read at that scrape and at the next.
+//! - **Anything else** (a directory above a mount point renamed, which
+//!   changes the path mountinfo prints): the absence epoch
+//!   ([`crate::absence`]) moves at least every 5 minutes, on every uevent and
+//!   on mounts in the daemon's own namespace, and the table is read again
+//!   then.
+//!
+//! The table is read at every scrape, as before, when any signal is
+//! missing: procfs or sysfs is not the live kernel's (a fixture tree), the
+//! mountinfo file cannot be polled, an ext4 mount has no readable
+//! `errors_count`, or a mount did not answer statfs (its flags are
+//! unknown).
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::absence::Epoch;
+use crate::source::{is_procfs, is_sysfs};
+
+/// The mountinfo files the collector may read, kept open to be polled.
+pub struct MountChanges {
+    /// `<procfs>/1/mountinfo` and `<procfs>/self/mountinfo`, opened before
+    /// the first read so that no event falls between a read and the open.
+    /// None outside a live procfs.
+    polled: Option<[Option<File>; 2]>,
+    /// `<sysfs>/fs/ext4`, when sysfs is the live kernel's.
+    ext4_root: Option<PathBuf>,
+    /// Each ext4 superblock's `errors_count` and its last value.
+    ext4_errors: Vec<(File, u64)>,
+    /// When the table was last read; None: read it at the next scrape.
+    read_at: Option<Epoch>,
+    /// Read again at the next scrape whatever the signals say.
+    again: bool,
+    buf: [u8; 24],
+}
+
+/// Which of the two files a read came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    Pid1,
+    OwnProcess,
+}
+
+impl MountChanges {
+    pub fn new(procfs: &Path, sysfs: &Path) -> MountChanges {
+        let polled = is_procfs(procfs).then(|| {
+            [
+                File::open(procfs.join("1/mountinfo")).ok(),
+                File::open(procfs.join("self/mountinfo")).ok(),
+            ]
+        });
+        MountChanges {
+            polled,
+            ext4_root: is_sysfs(sysfs).then(|| sysfs.join("fs/ext4")),
+            ext4_errors: Vec::new(),
+            read_at: None,
+            again: false,
+            buf: [0; 24],
+        }
+    }
+
+    /// Whether the table must be read at this scrape. Drains the mount
+    /// event of `table`'s file, so call it once per scrape.
+    pub fn must_read(&mut self, table: Table) -> bool {
+        // Every check runs (none is skipped by an earlier answer): each
+        // one also takes in its signal, so that it is not reported again.
+        let mounted = self.mount_event(table);
+        let errors = self.ext4_errors_moved();
+        let epoch = !self.read_at.is_some_and(Epoch::unmoved);
+        let again = std::mem::take(&mut self.again);
+        if errors {
+            // The mark follows the counter: look once more next scrape.
+            self.again = true;
+        }
+        mounted || errors || epoch || again
+    }
+
+    /// The table was read and parsed at this scrape, starting at `started`
+    /// (the epoch taken before the read). `ext4_mounted`: whether any
+    /// reported mount is an ext2/3/4 filesystem, whose `emergency_ro` only
+    /// its error counter announces.
+    pub fn was_read(&mut self, started: Epoch, ext4_mounted: bool) {
+        self.read_at = Some(started);
+        self.open_ext4_counters();
+        if ext4_mounted && self.ext4_errors.is_empty() {
+            // No counter to watch: read at every scrape.
+            self.read_at = None;
+        }
+    }
+
+    /// The table could not be read or parsed, or a mount's flags are
+    /// unknown: read it at the next scrape.
+    pub fn read_next_time(&mut self) {
+        self.read_at = None;
+    }
+
+    /// POLLPRI (or POLLERR) on `table`'s file; true when there is no file.
+    fn mount_event(&self, table: Table) -> bool {
+        let Some(files) = &self.polled else {
+            return true;
+        };
+        let Some(f) = &files[table as usize] else {
+            return true;
+        };
+        let mut p = libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one pollfd we own; timeout 0 does not block.
+        let rc = unsafe { libc::poll(&mut p, 1, 0) };
+        rc != 0 && (rc < 0 || p.revents & (libc::POLLPRI | libc::POLLERR | libc::POLLNVAL) != 0)
+    }
+
+    /// Whether any ext4 superblock's error counter moved (or could not be
+    /// read) since the last look.
+    fn ext4_errors_moved(&mut self) -> bool {
+        let mut moved = false;
+        for (file, last) in &mut self.ext4_errors {
+            match read_counter(file, &mut self.buf) {
+                Some(n) if n == *last => {}
+                Some(n) => {
+                    *last = n;
+                    moved = true;
+                }
+                None => moved = true,
+            }
+        }
+        moved
+    }
+
+    /// Opens the `errors_count` of every ext4 superblock now mounted
+    /// (their directories come and go with mounts, which make the table be
+    /// read, and so this be called, again).
+    fn open_ext4_counters(&mut self) {
+        self.ext4_errors.clear();
+        let Some(root) = &self.ext4_root else {
+            return;
+        };
+        let Ok(dir) = std::fs::read_dir(root) else {
+            return;
+        };
+        for entry in dir.flatten() {
+            if entry.file_name() == "features" {
+                continue;
+            }
+            let Ok(file) = File::open(entry.path().join("errors_count")) else {
+                continue;
+            };
+            if let Some(n) = read_counter(&file, &mut self.buf) {
+                self.ext4_errors.push((file, n));
+            }
+        }
+    }
+}
+
+/// A decimal counter file ("3\n").
+fn read_counter(file: &File, buf: &mut [u8; 24]) -> Option<u64> {
+    let n = file.read_at(buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_live_kernel_the_table_is_read_every_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = MountChanges::new(dir.path(), dir.path());
+        for _ in 0..3 {
+            assert!(c.must_read(Table::Pid1));
+            c.was_read(Epoch::now(), false);
+        }
+    }
+
+    #[test]
+    fn a_failed_read_or_an_unknown_flag_is_read_again() {
+        let mut c = MountChanges::new(Path::new("/proc"), Path::new("/sys"));
+        assert!(c.must_read(Table::OwnProcess), "never read yet");
+        c.read_next_time();
+        assert!(c.must_read(Table::OwnProcess));
+    }
+
+    #[test]
+    fn counters_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("errors_count");
+        let mut buf = [0; 24];
+        std::fs::write(&p, "17\n").unwrap();
+        assert_eq!(read_counter(&File::open(&p).unwrap(), &mut buf), Some(17));
+        std::fs::write(&p, "x\n").unwrap();
+        assert_eq!(read_counter(&File::open(&p).unwrap(), &mut buf), None);
+    }
+}
