@@ -16,6 +16,7 @@ mod common;
 use std::path::Path;
 
 use common::host::{Unmount, run};
+use common::loop_mount::LoopMount;
 
 /// Bytes the process has read (`rchar` of /proc/PID/io).
 fn bytes_read(pid: u32) -> u64 {
@@ -43,27 +44,16 @@ fn each_kind_of_change_shows_at_the_next_scrape() {
     if !common::skip::unless_root("to mount filesystems") {
         return;
     }
+    // The error behaviour set at mkfs time, so that the mount needs no
+    // option for it.
+    let Some(disk) = LoopMount::new("ext4", &["mkfs.ext4", "-q", "-F", "-e", "remount-ro"], 64)
+    else {
+        return;
+    };
+    let ext4 = disk.mnt();
     let dir = common::temp_dir();
-    let image = dir.path().join("ext4.img");
-    let ext4 = dir.path().join("ext4");
     let tmpfs = dir.path().join("tmpfs");
-    std::fs::create_dir(&ext4).unwrap();
     std::fs::create_dir(&tmpfs).unwrap();
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
-    run(
-        "mount",
-        &[
-            "-o",
-            "loop,errors=remount-ro",
-            image.to_str().unwrap(),
-            ext4.to_str().unwrap(),
-        ],
-    );
-    let _ext4 = Unmount(ext4.clone());
     let d = common::Daemon::start(&["--collector.disable-defaults", "--collector.filesystem"]);
     let pid = d.child.id();
     let text = d.scrape();
@@ -140,13 +130,7 @@ fn each_kind_of_change_shows_at_the_next_scrape() {
     // An ext4 error: Linux 6.15+ marks the superblock emergency_ro and
     // statfs still says read-write (older kernels set it read-only, which
     // statfs shows).
-    let device = std::fs::read_to_string("/proc/1/mountinfo")
-        .unwrap()
-        .lines()
-        .find(|l| l.contains(&format!(" {} ", ext4.display())))
-        .and_then(|l| l.split(" - ").nth(1)?.split(' ').nth(1).map(str::to_string))
-        .unwrap();
-    let name = Path::new(&device).file_name().unwrap().to_str().unwrap();
+    let name = &disk.device;
     std::fs::write(
         format!("/sys/fs/ext4/{name}/trigger_fs_error"),
         "usescope test error",
