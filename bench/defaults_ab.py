@@ -24,6 +24,7 @@ METHODS = [
     ("25 in a row, plain", ["--rounds", "500", "--block", "25", "--client", "plain"]),
     ("50 ms gaps, plain", ["--rounds", "200", "--gap", "0.05", "--client", "plain"]),
     ("alternating, as Prometheus", ["--rounds", "300"]),
+    ("50 ms gaps, as Prometheus", ["--rounds", "200", "--gap", "0.05"]),
     ("25 in a row, as Prometheus", ["--rounds", "500", "--block", "25"]),
 ]
 
