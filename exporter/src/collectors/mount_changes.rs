@@ -31,9 +31,9 @@
 //!
 //! The table is read at every scrape, as before, when any signal is
 //! missing: procfs or sysfs is not the live kernel's (a fixture tree), the
-//! mountinfo file cannot be polled, an ext4 mount has no readable
-//! `errors_count`, or a mount did not answer statfs (its flags are
-//! unknown).
+//! mountinfo file cannot be polled, an ext4 superblock has no readable
+//! `errors_count` (or there are more than 64 to watch), or a mount did not
+//! answer statfs (its flags are unknown).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -42,6 +42,11 @@ use std::path::{Path, PathBuf};
 
 use crate::absence::Epoch;
 use crate::source::{is_procfs, is_sysfs};
+
+/// Beyond this many ext4 superblocks, watching their error counters (one
+/// descriptor and one read each per scrape) would cost more than reading
+/// mountinfo, which is then read at every scrape.
+const MAX_EXT4_COUNTERS: usize = 64;
 
 /// The mountinfo files the collector may read, kept open to be polled.
 pub struct MountChanges {
@@ -106,12 +111,9 @@ impl MountChanges {
     /// reported mount is an ext2/3/4 filesystem, whose `emergency_ro` only
     /// its error counter announces.
     pub fn was_read(&mut self, started: Epoch, ext4_mounted: bool) {
-        self.read_at = Some(started);
-        self.open_ext4_counters();
-        if ext4_mounted && self.ext4_errors.is_empty() {
-            // No counter to watch: read at every scrape.
-            self.read_at = None;
-        }
+        let watched = self.open_ext4_counters();
+        // Without every counter to watch, read at every scrape.
+        self.read_at = (watched || !ext4_mounted).then_some(started);
     }
 
     /// The table could not be read or parsed, or a mount's flags are
@@ -157,26 +159,38 @@ impl MountChanges {
 
     /// Opens the `errors_count` of every ext4 superblock now mounted
     /// (their directories come and go with mounts, which make the table be
-    /// read, and so this be called, again).
-    fn open_ext4_counters(&mut self) {
+    /// read, and so this be called, again). False when some counter cannot
+    /// be watched: no live sysfs, an unreadable directory or counter, or
+    /// more superblocks than [`MAX_EXT4_COUNTERS`].
+    fn open_ext4_counters(&mut self) -> bool {
         self.ext4_errors.clear();
         let Some(root) = &self.ext4_root else {
-            return;
+            return false;
         };
         let Ok(dir) = std::fs::read_dir(root) else {
-            return;
+            return false;
         };
-        for entry in dir.flatten() {
+        for entry in dir {
+            let Ok(entry) = entry else {
+                return false;
+            };
             if entry.file_name() == "features" {
                 continue;
             }
-            let Ok(file) = File::open(entry.path().join("errors_count")) else {
-                continue;
-            };
-            if let Some(n) = read_counter(&file, &mut self.buf) {
-                self.ext4_errors.push((file, n));
+            if self.ext4_errors.len() == MAX_EXT4_COUNTERS {
+                self.ext4_errors.clear();
+                return false;
             }
+            let counter = File::open(entry.path().join("errors_count"))
+                .ok()
+                .and_then(|f| Some((read_counter(&f, &mut self.buf)?, f)));
+            let Some((n, file)) = counter else {
+                self.ext4_errors.clear();
+                return false;
+            };
+            self.ext4_errors.push((file, n));
         }
+        true
     }
 }
 
@@ -206,6 +220,56 @@ mod tests {
         assert!(c.must_read(Table::OwnProcess), "never read yet");
         c.read_next_time();
         assert!(c.must_read(Table::OwnProcess));
+    }
+
+    fn with_ext4_root(root: &Path) -> MountChanges {
+        let mut c = MountChanges::new(root, root);
+        c.ext4_root = Some(root.to_path_buf());
+        c
+    }
+
+    fn superblock(root: &Path, name: &str, count: &str) {
+        std::fs::create_dir_all(root.join(name)).unwrap();
+        std::fs::write(root.join(name).join("errors_count"), count).unwrap();
+    }
+
+    #[test]
+    fn ext4_error_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("features")).unwrap();
+        superblock(root, "sda1", "0\n");
+        superblock(root, "dm-3", "4\n");
+        let mut c = with_ext4_root(root);
+        assert!(c.open_ext4_counters());
+        assert_eq!(c.ext4_errors.len(), 2, "features/ is not a superblock");
+        assert!(!c.ext4_errors_moved());
+        std::fs::write(root.join("dm-3/errors_count"), "5\n").unwrap();
+        assert!(c.ext4_errors_moved(), "an error on dm-3");
+        assert!(!c.ext4_errors_moved(), "seen once");
+        std::fs::write(root.join("sda1/errors_count"), "garbage").unwrap();
+        assert!(
+            c.ext4_errors_moved(),
+            "an unreadable counter counts as moved"
+        );
+
+        // A superblock without a readable counter: nothing is watched.
+        std::fs::create_dir(root.join("sdz")).unwrap();
+        assert!(!c.open_ext4_counters());
+        assert!(c.ext4_errors.is_empty());
+    }
+
+    #[test]
+    fn too_many_ext4_superblocks_are_not_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..=MAX_EXT4_COUNTERS {
+            superblock(dir.path(), &format!("loop{i}"), "0\n");
+        }
+        let mut c = with_ext4_root(dir.path());
+        assert!(!c.open_ext4_counters());
+        assert!(c.ext4_errors.is_empty());
+        std::fs::remove_dir_all(dir.path().join("loop0")).unwrap();
+        assert!(c.open_ext4_counters(), "exactly the maximum");
     }
 
     #[test]
