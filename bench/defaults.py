@@ -14,9 +14,13 @@ BENCHMARKS.md before 2026-11-24 13:17 UTC).
 Both listen on 127.0.0.1 (usescope's probes off, so the comparison is /proc
 and /sys against /proc and /sys). Each round scrapes usescope once, then
 node_exporter once, on one keep-alive connection each; with --gap, the
-round then sleeps, so each scrape starts with caches that other work has
-had time to evict, as a scrape every 15 s in production does (the
-default, back to back, measures each exporter with its caches warmer).
+client sleeps after every scrape, so each scrape of either exporter
+starts with caches that other work has had time to evict, as a scrape
+every 15 s in production does (the default, back to back, measures each
+exporter with its caches warmer). Before 2026-11-24 20:10 UTC the sleep
+came only after node_exporter's scrape, so node_exporter's scrape began
+right after usescope's, with the kernel's side of the same /proc files
+still warm.
 With --block N, each exporter is scraped N times in a row, as if it ran
 alone; its caches then hold only its own work.
 Reported:
@@ -130,7 +134,7 @@ def main():
                 text, ubytes = scrape(uc)
                 for m in re.finditer(r'^node_scrape_collector_duration_seconds\{collector="([^"]+)"\} (\S+)$', text, re.M):
                     durations.setdefault(m.group(1), []).append(float(m.group(2)))
-                if a.gap and a.block:
+                if a.gap:
                     time.sleep(a.gap)
             for _ in range(per_turn):
                 nbytes = scrape(nc)[1]

@@ -3,7 +3,7 @@
 repeated trials: bench/defaults.py for each build in turn, for each method,
 REPS times, the order of the builds swapped every trial.
 
-  bench/defaults_ab.py BEFORE AFTER [--reps 6]
+  bench/defaults_ab.py BEFORE AFTER [--reps 6] [--only "50 ms gaps"]
 
 One defaults.py run lasts seconds, and on a shared VM the ratio of one run
 can move from 1/6 to 1/9 within minutes (other guests evict the caches an
@@ -42,18 +42,20 @@ def main():
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--only", default="", help="run only the methods whose name contains this")
     a = ap.parse_args()
+    methods = [(m, args) for m, args in METHODS if a.only in m]
     builds = {"before": a.before, "after": a.after}
-    results = {(m, b): [] for m, _ in METHODS for b in builds}
+    results = {(m, b): [] for m, _ in methods for b in builds}
     for rep in range(a.reps):
-        for name, args in METHODS:
+        for name, args in methods:
             order = ["before", "after"] if rep % 2 == 0 else ["after", "before"]
             for b in order:
                 results[(name, b)].append(run(builds[b], args))
     print(f"{a.reps} trials per build and method; medians, (min–max)")
     print("| method | build | usescope | node_exporter | ratio | peak RSS |")
     print("|---|---|---:|---:|---|---:|")
-    for name, _ in METHODS:
+    for name, _ in methods:
         for b in builds:
             rows = results[(name, b)]
             us = [r[0] for r in rows]
