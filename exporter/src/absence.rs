@@ -242,21 +242,23 @@ impl Watch {
             .ok()
     }
 
-    /// POLLPRI on mountinfo: the mount namespace changed since the last
-    /// poll (the kernel clears the mark as it reports it).
     fn mount_table_changed(&self) -> bool {
-        let Some(f) = &self.mounts else {
-            return false;
-        };
-        let mut p = libc::pollfd {
-            fd: f.as_raw_fd(),
-            events: libc::POLLPRI,
-            revents: 0,
-        };
-        // SAFETY: one pollfd we own; timeout 0 does not block.
-        let rc = unsafe { libc::poll(&mut p, 1, 0) };
-        rc != 0 && (rc < 0 || p.revents & (libc::POLLPRI | libc::POLLERR) != 0)
+        self.mounts.as_ref().is_some_and(mount_event)
     }
+}
+
+/// POLLPRI on an open mountinfo file: its mount namespace changed since the
+/// last poll of this open file (the kernel clears the mark as it reports
+/// it). A failed poll counts as a change.
+pub fn mount_event(mountinfo: &File) -> bool {
+    let mut p = libc::pollfd {
+        fd: mountinfo.as_raw_fd(),
+        events: libc::POLLPRI,
+        revents: 0,
+    };
+    // SAFETY: one pollfd we own; timeout 0 does not block.
+    let rc = unsafe { libc::poll(&mut p, 1, 0) };
+    rc != 0 && (rc < 0 || p.revents & (libc::POLLPRI | libc::POLLERR | libc::POLLNVAL) != 0)
 }
 
 #[cfg(test)]

@@ -10,20 +10,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::host::{DeleteLink, DeleteNetns, Unmount, run};
+use common::host::{DeleteLink, DeleteNetns, Unmount, proc_io, run};
 
 fn ip(args: &[&str]) {
     run("ip", args);
 }
 
-/// Read system calls the process has made (`syscr` of /proc/PID/io).
+/// Read system calls the process has made.
 fn read_calls(pid: u32) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-    io.lines()
-        .find_map(|l| l.strip_prefix("syscr: "))
-        .unwrap()
-        .parse()
-        .unwrap()
+    proc_io(pid, "syscr")
 }
 
 fn value(text: &str, family: &str, device: &str) -> Option<f64> {

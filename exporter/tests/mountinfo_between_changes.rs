@@ -15,17 +15,12 @@ mod common;
 
 use std::path::Path;
 
-use common::host::{Unmount, run};
+use common::host::{Unmount, proc_io, run};
 use common::loop_mount::LoopMount;
 
-/// Bytes the process has read (`rchar` of /proc/PID/io).
+/// Bytes the process has read.
 fn bytes_read(pid: u32) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-    io.lines()
-        .find_map(|l| l.strip_prefix("rchar: "))
-        .unwrap()
-        .parse()
-        .unwrap()
+    proc_io(pid, "rchar")
 }
 
 fn readonly(text: &str, mount_point: &Path) -> Option<f64> {

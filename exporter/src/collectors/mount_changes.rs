@@ -36,11 +36,10 @@
 //! answer statfs (its flags are unknown).
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::absence::Epoch;
+use crate::absence::{self, Epoch};
 use crate::source::{is_procfs, is_sysfs};
 
 /// Beyond this many ext4 superblocks, watching their error counters (one
@@ -122,22 +121,14 @@ impl MountChanges {
         self.read_at = None;
     }
 
-    /// POLLPRI (or POLLERR) on `table`'s file; true when there is no file.
+    /// A mount event on `table`'s file; true when there is no file.
     fn mount_event(&self, table: Table) -> bool {
-        let Some(files) = &self.polled else {
-            return true;
-        };
-        let Some(f) = &files[table as usize] else {
-            return true;
-        };
-        let mut p = libc::pollfd {
-            fd: f.as_raw_fd(),
-            events: libc::POLLPRI,
-            revents: 0,
-        };
-        // SAFETY: one pollfd we own; timeout 0 does not block.
-        let rc = unsafe { libc::poll(&mut p, 1, 0) };
-        rc != 0 && (rc < 0 || p.revents & (libc::POLLPRI | libc::POLLERR | libc::POLLNVAL) != 0)
+        match &self.polled {
+            Some(files) => files[table as usize]
+                .as_ref()
+                .is_none_or(absence::mount_event),
+            None => true,
+        }
     }
 
     /// Whether any ext4 superblock's error counter moved (or could not be

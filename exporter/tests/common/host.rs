@@ -1,5 +1,5 @@
 //! Changing the host for a test, as root: running a command that must
-//! succeed, and guards that undo a network interface, a network namespace
+//! succeed, a process's I/O counters, and guards that undo a network interface, a network namespace
 //! or a mount when the test ends, pass or fail.
 
 use std::path::PathBuf;
@@ -13,6 +13,16 @@ pub fn run(cmd: &str, args: &[&str]) {
         "{cmd} {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A counter of `/proc/PID/io` (`syscr`, `rchar`, ...).
+pub fn proc_io(pid: u32, field: &str) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(": "))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/io"))
+        .parse()
+        .unwrap()
 }
 
 /// Deletes a network interface (and a veth's peer with it).
