@@ -15,7 +15,7 @@ mod common;
 
 use std::path::Path;
 
-use common::host::{Unmount, proc_io, run};
+use common::host::{Unmount, proc_io, quietest_scrape, run};
 use common::loop_mount::LoopMount;
 
 /// Bytes the process has read.
@@ -54,17 +54,8 @@ fn each_kind_of_change_shows_at_the_next_scrape() {
     let text = d.scrape();
     assert_eq!(readonly(&text, &ext4), Some(0.0), "{text}");
 
-    // Between changes mountinfo is not read. The fewest bytes of five
-    // scrapes: a mount elsewhere on the host makes a scrape read more,
-    // never less.
-    let quiet = (0..5)
-        .map(|_| {
-            let before = bytes_read(pid);
-            d.scrape();
-            bytes_read(pid) - before
-        })
-        .min()
-        .unwrap();
+    // Between changes mountinfo is not read.
+    let quiet = quietest_scrape(&d, "rchar");
 
     let before = bytes_read(pid);
     run("mount", &["-t", "tmpfs", "tmpfs", tmpfs.to_str().unwrap()]);
