@@ -429,8 +429,6 @@ pub struct FilesystemCollector {
     timeout: Duration,
     /// Whether mountinfo must be read at this scrape.
     changes: MountChanges,
-    /// Which mountinfo was read last.
-    table: Table,
     /// The mountinfo text the entries were built from.
     built_from: String,
     entries: Vec<Entry>,
@@ -458,7 +456,6 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         pool: StatfsPool::new(workers, timeout),
         timeout,
         changes: MountChanges::new(&s.procfs, &s.sysfs),
-        table: Table::Pid1,
         built_from: String::new(),
         entries: Vec::new(),
         paths: Vec::new(),
@@ -652,7 +649,7 @@ fn bytes(s: &Stats, blocks: u64) -> Value {
 
 impl Collector for FilesystemCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let fresh = self.changes.must_read(self.table) | self.built_from.is_empty();
+        let fresh = self.changes.must_read();
         if fresh {
             self.read_table()?;
         }
@@ -703,11 +700,6 @@ impl FilesystemCollector {
                 }
             },
         };
-        self.table = if primary {
-            Table::Pid1
-        } else {
-            Table::OwnProcess
-        };
         if text != self.built_from {
             let mut mounts = recycle(std::mem::take(&mut self.mounts));
             let parsed = parse_into(text, &mut mounts);
@@ -736,7 +728,12 @@ impl FilesystemCollector {
             .entries
             .iter()
             .any(|e| matches!(e.fs_type.as_str(), "ext2" | "ext3" | "ext4"));
-        self.changes.was_read(started, ext4);
+        let table = if primary {
+            Table::Pid1
+        } else {
+            Table::OwnProcess
+        };
+        self.changes.was_read(table, started, ext4);
         Ok(())
     }
 }

@@ -59,6 +59,8 @@ pub struct MountChanges {
     ext4_errors: Vec<(File, u64)>,
     /// When the table was last read; None: read it at the next scrape.
     read_at: Option<Epoch>,
+    /// Which file that read came from: the one polled.
+    table: Table,
     /// Read again at the next scrape whatever the signals say.
     again: bool,
     buf: [u8; 24],
@@ -84,17 +86,18 @@ impl MountChanges {
             ext4_root: is_sysfs(sysfs).then(|| sysfs.join("fs/ext4")),
             ext4_errors: Vec::new(),
             read_at: None,
+            table: Table::Pid1,
             again: false,
             buf: [0; 24],
         }
     }
 
     /// Whether the table must be read at this scrape. Drains the mount
-    /// event of `table`'s file, so call it once per scrape.
-    pub fn must_read(&mut self, table: Table) -> bool {
+    /// event of the file last read, so call it once per scrape.
+    pub fn must_read(&mut self) -> bool {
         // Every check runs (none is skipped by an earlier answer): each
         // one also takes in its signal, so that it is not reported again.
-        let mounted = self.mount_event(table);
+        let mounted = self.mount_event();
         let errors = self.ext4_errors_moved();
         let epoch = !self.read_at.is_some_and(Epoch::unmoved);
         let again = std::mem::take(&mut self.again);
@@ -105,11 +108,12 @@ impl MountChanges {
         mounted || errors || epoch || again
     }
 
-    /// The table was read and parsed at this scrape, starting at `started`
+    /// `table` was read and parsed at this scrape, starting at `started`
     /// (the epoch taken before the read). `ext4_mounted`: whether any
     /// reported mount is an ext2/3/4 filesystem, whose `emergency_ro` only
     /// its error counter announces.
-    pub fn was_read(&mut self, started: Epoch, ext4_mounted: bool) {
+    pub fn was_read(&mut self, table: Table, started: Epoch, ext4_mounted: bool) {
+        self.table = table;
         let watched = self.open_ext4_counters();
         // Without every counter to watch, read at every scrape.
         self.read_at = (watched || !ext4_mounted).then_some(started);
@@ -121,10 +125,10 @@ impl MountChanges {
         self.read_at = None;
     }
 
-    /// A mount event on `table`'s file; true when there is no file.
-    fn mount_event(&self, table: Table) -> bool {
+    /// A mount event on the file last read; true when there is no file.
+    fn mount_event(&self) -> bool {
         match &self.polled {
-            Some(files) => files[table as usize]
+            Some(files) => files[self.table as usize]
                 .as_ref()
                 .is_none_or(absence::mount_event),
             None => true,
@@ -200,17 +204,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = MountChanges::new(dir.path(), dir.path());
         for _ in 0..3 {
-            assert!(c.must_read(Table::Pid1));
-            c.was_read(Epoch::now(), false);
+            assert!(c.must_read());
+            c.was_read(Table::Pid1, Epoch::now(), false);
         }
     }
 
     #[test]
     fn a_failed_read_or_an_unknown_flag_is_read_again() {
         let mut c = MountChanges::new(Path::new("/proc"), Path::new("/sys"));
-        assert!(c.must_read(Table::OwnProcess), "never read yet");
+        assert!(c.must_read(), "never read yet");
         c.read_next_time();
-        assert!(c.must_read(Table::OwnProcess));
+        assert!(c.must_read());
     }
 
     fn with_ext4_root(root: &Path) -> MountChanges {
