@@ -22,7 +22,9 @@ COPY Cargo.toml Cargo.lock ./
 COPY exporter exporter
 COPY ebpf-probes ebpf-probes
 COPY bench bench
-RUN cargo build --release --locked -p usescope \
+# Optimised with the execution profile in exporter/pgo (scripts/build-release.sh).
+COPY scripts/build-release.sh scripts/
+RUN scripts/build-release.sh \
  && install -D -m 0755 target/release/usescope /out/usescope \
  && strip /out/usescope
 COPY deploy/container/make-rootfs.sh /usr/local/bin/make-rootfs.sh

@@ -238,7 +238,7 @@ def main():
     a = ap.parse_args()
     rounds = 300 if a.quick else a.rounds
     conc_s = 5 if a.quick else 15
-    sh(["cargo", "build", "--release", "-q", "-p", "usescope", "-p", "floor-reader"], cwd=ROOT)
+    sh(["scripts/build-release.sh", "-q", "-p", "floor-reader"], cwd=ROOT)
     ne_bin = node_exporter_path()
     ne_version = sh([ne_bin, "--version"]).splitlines()[0] if True else ""
     mod = subprocess.run(["go", "version", "-m", ne_bin], capture_output=True, text=True).stdout

@@ -12,5 +12,5 @@ if [ ! -x "$ne" ]; then
 fi
 "$ne" --version 2>&1 | head -1 || true
 go version -m "$ne" 2>/dev/null | awk '$1=="mod" && $2 ~ /node_exporter/ {print "node_exporter module version:", $3}' || true
-cargo build --release -q -p usescope
+scripts/build-release.sh -q
 exec python3 scripts/compat_node_exporter.py --usescope target/release/usescope --node-exporter "$ne"

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release --locked -q -p usescope
+scripts/build-release.sh -q
 # As root, drop to nobody once the probes are attached (docs/security.md),
 # unless the command line names a --runtime.user of its own.
 extra=()

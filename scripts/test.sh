@@ -51,7 +51,7 @@ step "cargo test" cargo test --locked -q
 step "skipped tests (none allowed in CI)" skipped_tests
 # The daemon only: the bench tools are not run here (clippy has compiled
 # them), and each release binary costs a whole-program LTO pass.
-step "release build" cargo build --locked --release -q -p usescope
+step "release build (profile-guided)" scripts/build-release.sh -q
 step "node_exporter compatibility: defaults against defaults, live host and fixture trees" \
   python3 scripts/compat_node_exporter.py --usescope target/release/usescope \
   --node-exporter "$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin/node_exporter"

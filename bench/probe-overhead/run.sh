@@ -9,7 +9,7 @@ root="$here/../.."
 runs="${1:-7}"
 shift || true
 cd "$root"
-cargo build --release -q -p usescope
+scripts/build-release.sh -q
 target="${CARGO_TARGET_DIR:-$root/target}"
 mkdir -p "$target/probe-overhead"
 rustc -O --edition 2021 "$here/workload.rs" -o "$target/probe-overhead/workload"

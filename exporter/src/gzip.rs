@@ -13,8 +13,8 @@
 //! the encoder counts the symbols of a body now and then (the first, every
 //! [`REFIT_EVERY`]th, and any whose length has moved by more than a quarter
 //! since), keeps the codes, and encodes every body at level 0 with them.
-//! On a 71 KB body here (BENCHMARKS.md, "gzip: level 0 with fitted codes"),
-//! one call after 20 ms idle / back to back:
+//! On a 71 KB body here, one call after 20 ms idle and back to back
+//! (BENCHMARKS.md, "Profile-guided optimisation and fitted gzip codes"):
 //!
 //! | compressor | after 20 ms idle | back to back | body |
 //! |---|---:|---:|---:|
@@ -304,7 +304,11 @@ mod tests {
         }
         assert_eq!(fitted(&gz), (much_longer.len(), REFIT_EVERY));
         gz.compress(&much_longer).unwrap();
-        assert_eq!(fitted(&gz), (much_longer.len(), 1), "aged codes are fitted again");
+        assert_eq!(
+            fitted(&gz),
+            (much_longer.len(), 1),
+            "aged codes are fitted again"
+        );
     }
 
     #[test]
@@ -321,7 +325,10 @@ mod tests {
         default_codes.codes.as_mut().unwrap().tables = None;
         default_codes.codes.as_mut().unwrap().fitted_len = text.len();
         let default = default_codes.compress(&text).unwrap().len();
-        assert!(fitted < default, "fitted {fitted} against default {default}");
+        assert!(
+            fitted < default,
+            "fitted {fitted} against default {default}"
+        );
         assert_eq!(gunzip(&default_codes.compress(&text).unwrap()), text);
     }
 }

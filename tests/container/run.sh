@@ -55,7 +55,7 @@ docker=${USESCOPE_DOCKER:-/usr/bin/docker}
 bin=${USESCOPE_BIN:-target/release/usescope}
 if [ ! -x "$bin" ]; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
-  cargo build --locked --release -q -p usescope
+  scripts/build-release.sh -q
 fi
 
 passed=0
