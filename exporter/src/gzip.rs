@@ -11,8 +11,9 @@
 //! pass with codes given in advance. A scrape's body is the previous
 //! scrape's with other numbers, so codes fitted to one body fit the next:
 //! the encoder counts the symbols of a body now and then (the first, every
-//! [`REFIT_EVERY`]th, and any whose length has moved by more than a quarter
-//! since), keeps the codes, and encodes every body at level 0 with them.
+//! [`REFIT_EVERY`]th, and one whose length has moved by more than a quarter
+//! since, once the codes have served [`REFIT_ON_CHANGE_AFTER`] bodies),
+//! keeps the codes, and encodes every body at level 0 with them.
 //! On a 71 KB body here, one call after 20 ms idle and back to back
 //! (BENCHMARKS.md, "Profile-guided optimisation and fitted gzip codes"):
 //!
@@ -37,6 +38,12 @@ use isal_sys::igzip_lib as isal;
 
 /// Bodies encoded with one set of fitted codes before they are fitted again.
 const REFIT_EVERY: u32 = 256;
+
+/// Bodies encoded with one set of fitted codes before a change of length
+/// may fit them again: bodies whose lengths alternate (two scrapers, a
+/// collector failing every other scrape) then cost one fitting per this
+/// many bodies, not one each. The old codes still encode any body.
+const REFIT_ON_CHANGE_AFTER: u32 = 16;
 
 /// Bytes of a body that fitting looks at: the start of a large body is as
 /// good a sample as the whole, and this bounds the fitting pass's cost.
@@ -88,9 +95,9 @@ impl FittedCodes {
 
     /// Whether `len` bytes should be encoded with codes fitted afresh.
     fn stale_for(&self, len: usize) -> bool {
-        self.uses >= REFIT_EVERY
-            || len < self.fitted_len - self.fitted_len / 4
-            || len > self.fitted_len + self.fitted_len / 4
+        let moved = len < self.fitted_len - self.fitted_len / 4
+            || len > self.fitted_len + self.fitted_len / 4;
+        self.uses >= REFIT_EVERY || (moved && self.uses >= REFIT_ON_CHANGE_AFTER)
     }
 }
 
@@ -295,11 +302,26 @@ mod tests {
         let longer = exposition(1200);
         gz.compress(&longer).unwrap();
         assert_eq!(fitted(&gz), (text.len(), 2));
-        // Beyond it: fitted again.
+        // Beyond it: fitted again, once the codes have served a few bodies.
         let much_longer = exposition(2000);
         gz.compress(&much_longer).unwrap();
+        assert_eq!(fitted(&gz), (text.len(), 3), "too soon to fit again");
+        for _ in 3..REFIT_ON_CHANGE_AFTER {
+            gz.compress(&text).unwrap();
+        }
+        gz.compress(&much_longer).unwrap();
         assert_eq!(fitted(&gz), (much_longer.len(), 1));
-        for _ in 1..REFIT_EVERY {
+        // Lengths that alternate: one fitting per REFIT_ON_CHANGE_AFTER.
+        let mut fits = 0;
+        for i in 0..4 * REFIT_ON_CHANGE_AFTER {
+            gz.compress(if i % 2 == 0 { &text } else { &much_longer })
+                .unwrap();
+            fits += u32::from(gz.codes.as_ref().unwrap().uses == 1);
+        }
+        assert!((3..=4).contains(&fits), "{fits} fittings in 64 bodies");
+        // Bodies of one length: fitted again only when the codes are old.
+        let mut gz = GzipEncoder::new();
+        for _ in 0..REFIT_EVERY {
             gz.compress(&much_longer).unwrap();
         }
         assert_eq!(fitted(&gz), (much_longer.len(), REFIT_EVERY));
