@@ -2,9 +2,9 @@
 # The release build of the daemon, optimised with the execution profile of
 # real scrapes in exporter/pgo/usescope.profdata (profile-guided
 # optimisation: about 6 % less CPU per scrape with cold caches,
-# BENCHMARKS.md "Profile-guided optimisation"). Every script that builds
-# the release daemon calls this one, so the release dependencies are
-# built once, with one set of flags.
+# BENCHMARKS.md "Profile-guided optimisation and fitted gzip codes").
+# Every script that builds the release daemon calls this one, so the
+# release dependencies are built once, with one set of flags.
 #
 #   scripts/build-release.sh [more cargo build options: -q, -p floor-reader]
 #

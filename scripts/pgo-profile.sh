@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates exporter/pgo/usescope.profdata, the execution profile that
 # release builds are optimised with (profile-guided optimisation; see
-# .cargo/config.toml and docs/building.md).
+# scripts/build-release.sh and docs/building.md).
 #
 #   scripts/pgo-profile.sh
 #
