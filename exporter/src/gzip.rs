@@ -71,9 +71,10 @@ impl FittedCodes {
     /// Codes for `data`'s symbols.
     fn fit(data: &[u8]) -> FittedCodes {
         let sample = &data[..data.len().min(FIT_SAMPLE_BYTES)];
-        // SAFETY: both are C structs of integer arrays, for which zero is a
-        // valid value, and the histogram must start zeroed.
+        // SAFETY: a C struct of integer arrays, for which zero is a valid
+        // value; igzip wants the histogram zeroed before it counts.
         let mut histogram = unsafe { Box::<isal::isal_huff_histogram>::new_zeroed().assume_init() };
+        // SAFETY: a C struct of integer arrays, which igzip fills.
         let mut tables = unsafe { Box::<isal::isal_hufftables>::new_zeroed().assume_init() };
         // SAFETY: igzip reads `sample.len()` bytes (at most FIT_SAMPLE_BYTES,
         // so the length fits a C int) and never writes through the input
