@@ -31,48 +31,20 @@ RUSTFLAGS="-Cprofile-generate=$work/raw" \
   cargo build --release --locked -q -p usescope --target-dir "$work/target"
 
 echo "pgo-profile: training"
+# The client of bench/defaults.py: Prometheus's own request headers, or none.
 LLVM_PROFILE_FILE="$work/raw/usescope-%p.profraw" python3 - "$work/target/release/usescope" "$work/pid" <<'EOF'
-import gzip, http.client, signal, socket, subprocess, sys, time
+import signal, sys
 
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-daemon = subprocess.Popen([sys.argv[1], f"--web.listen-address=127.0.0.1:{port}"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+sys.path.insert(0, "bench")
+import defaults
+
+port = defaults.free_port()
+daemon, conn = defaults.start([sys.argv[1], f"--web.listen-address=127.0.0.1:{port}"], port)
 with open(sys.argv[2], "w") as f:
     f.write(str(daemon.pid))
-prometheus = {
-    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
-    "Accept-Encoding": "gzip",
-    "X-Prometheus-Scrape-Timeout-Seconds": "10",
-}
-
-
-def get(conn, path, headers):
-    conn.request("GET", path, headers=headers)
-    r = conn.getresponse()
-    body = r.read()
-    if r.status != 200:
-        sys.exit(f"pgo-profile: {path} answered {r.status}")
-    return gzip.decompress(body) if r.getheader("Content-Encoding") == "gzip" else body
-
-
-deadline = time.time() + 30
-while True:
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        get(conn, "/-/healthy", {})
-        break
-    except OSError:
-        if time.time() > deadline or daemon.poll() is not None:
-            sys.exit("pgo-profile: the instrumented daemon did not answer")
-        time.sleep(0.2)
 for i in range(600):
-    get(conn, "/metrics", prometheus if i % 3 else {})
-    if i % 50 == 0:
-        get(conn, "/", {})
-        time.sleep(0.05)
+    defaults.HEADERS = defaults.PROMETHEUS_HEADERS if i % 3 else {}
+    defaults.scrape(conn)
 daemon.send_signal(signal.SIGTERM)
 if daemon.wait(timeout=30) != 0:
     sys.exit("pgo-profile: the daemon did not exit cleanly, so no profile was written")
