@@ -561,11 +561,10 @@ mod tests {
         // Threads are added a few per tick while calls hang, so filling the
         // bound may take more than one scrape on a loaded machine.
         let max = 4 + MAX_STUCK_THREADS;
-        let mut took = Duration::ZERO;
         for _ in 0..6 {
             let t = Instant::now();
             pool.stat_all(&p, &all(p.len()), &mut out);
-            took = t.elapsed();
+            let took = t.elapsed();
             assert!(took < timeout * 3, "{took:?}");
             let (threads, calls) = pool.threads_and_calls();
             assert!(threads <= max, "{threads} threads");
@@ -577,6 +576,15 @@ mod tests {
             }
             assert!(out.iter().all(|o| *o == Outcome::Timeout), "{out:?}");
         }
+        assert!(
+            out.contains(&Outcome::Saturated),
+            "never saturated: {out:?}"
+        );
+        // The scrape that fills the bound may wait out its deadline (its own
+        // calls count as stuck only then); the scrape after must not wait.
+        let t = Instant::now();
+        pool.stat_all(&p, &all(p.len()), &mut out);
+        let took = t.elapsed();
         assert!(took < timeout / 2, "saturated scrape waited {took:?}");
         assert_eq!(pool.threads_and_calls().0, max);
         let count = |want: Outcome| out.iter().filter(|o| **o == want).count();
