@@ -16,9 +16,9 @@
 //! **A table with no sockets is not read.** Reading /proc/net/udp walks
 //! every slot of the UDP hash table (16,384 here) from the start, and
 //! twice: once for the lines and once more to find that there are no
-//! more. That is ~33 µs a walk on the development VM, warm, however few
-//! sockets there are: 130 µs a scrape for the two files, a tenth of a cold
-//! scrape. The kernel counts the sockets of each table as it hashes and
+//! more. That is 10–33 µs a walk on the development VM (the day's memory
+//! speed decides), however few sockets there are: 40–130 µs a scrape for
+//! the two files, up to a tenth of a cold scrape. The kernel counts the sockets of each table as it hashes and
 //! unhashes them, and /proc/net/sockstat shows the count (`UDP: inuse N`;
 //! sockstat6 has `UDP6:`), for the same network namespace and the same
 //! family that udp and udp6 list. So when the count is 0 the table would
