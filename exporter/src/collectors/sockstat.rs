@@ -111,6 +111,23 @@ fn line(text: &str, lineno: usize) -> Result<Line<'_>, ParseError> {
     Ok(l)
 }
 
+/// `proto`'s `inuse` count in a sockstat file's text (udp_queues' count of
+/// a UDP table), if the protocol's line parses and starts with it. A line
+/// before it that does not parse also means None.
+pub fn inuse(text: &str, proto: &str) -> Option<u64> {
+    for (i, l) in lines(text).enumerate() {
+        if is_blank(l) {
+            continue;
+        }
+        let l = line(l, i + 1).ok()?;
+        if l.proto == proto {
+            let (key, value) = l.pairs().next()?;
+            return (key == "inuse").then(|| value.parse().ok())?;
+        }
+    }
+    None
+}
+
 pub struct SockStatCollector {
     v4: SourceFile,
     v6: SourceFile,
@@ -346,5 +363,26 @@ mod tests {
         let e = render(&mut c).unwrap_err();
         assert!(e.cause.contains("overflows"));
         assert_eq!(e.line, Some(1));
+    }
+
+    #[test]
+    fn inuse_counts() {
+        let v4 = "sockets: used 7\nTCP: inuse 1 orphan 0 tw 1 alloc 1 mem 0\nUDP: inuse 3 mem 2\nUDPLITE: inuse 0\n";
+        assert_eq!(inuse(v4, "UDP"), Some(3));
+        assert_eq!(inuse(v4, "UDPLITE"), Some(0));
+        assert_eq!(inuse("UDPLITE: inuse 0\n", "UDP"), None);
+        let v6 = "TCP6: inuse 0\nUDP6: inuse 0\nUDPLITE6: inuse 0\n";
+        assert_eq!(inuse(v6, "UDP6"), Some(0));
+        assert_eq!(inuse(v6, "UDP"), None);
+        for bad in [
+            "UDP: mem 0 inuse 0\n",
+            "UDP: inuse\n",
+            "UDP: inuse x\n",
+            "UDP: inuse -1\n",
+            "garbage\nUDP: inuse 0\n",
+            "",
+        ] {
+            assert_eq!(inuse(bad, "UDP"), None, "{bad:?}");
+        }
     }
 }

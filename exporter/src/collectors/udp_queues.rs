@@ -31,7 +31,7 @@
 //! another socket replaces during the read can be missed, for that scrape.
 
 use crate::collector::Collector;
-use crate::collectors::{Parser, Settings, Source, Spec};
+use crate::collectors::{Parser, Settings, Source, Spec, sockstat};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
 use crate::parse::{fields, lines, parse_fresh, u64_field};
@@ -168,6 +168,7 @@ struct Family {
     listed: bool,
     queues: Queues,
     /// Reads of the table, for the tests of the shortcut.
+    #[cfg(test)]
     table_reads: u64,
 }
 
@@ -180,6 +181,7 @@ impl Family {
             count: real.then(|| (SourceFile::new(&s.procfs, sockstat), proto)),
             listed: false,
             queues: Queues::default(),
+            #[cfg(test)]
             table_reads: 0,
         }
     }
@@ -190,7 +192,10 @@ impl Family {
             self.queues = Queues::default();
             return Ok(true);
         }
-        self.table_reads += 1;
+        #[cfg(test)]
+        {
+            self.table_reads += 1;
+        }
         let queues = &mut self.queues;
         self.listed = self.table.parse_with(|t| parse_into(t, queues))?.is_some();
         Ok(self.listed)
@@ -202,17 +207,11 @@ impl Family {
             return false;
         };
         let proto = *proto;
-        matches!(file.parse_with(|t| Ok(inuse(t, proto))), Ok(Some(Some(0))))
+        matches!(
+            file.parse_with(|t| Ok(sockstat::inuse(t, proto))),
+            Ok(Some(Some(0)))
+        )
     }
-}
-
-/// The `inuse` count on sockstat's `PROTO: inuse N ...` line, if the text
-/// has such a line and it parses (`UDP` does not match `UDPLITE:`).
-fn inuse(sockstat: &str, proto: &str) -> Option<u64> {
-    let line = lines(sockstat).find_map(|l| l.strip_prefix(proto)?.strip_prefix(": "))?;
-    let mut f = fields(line);
-    (f.next()? == "inuse").then_some(())?;
-    f.next()?.parse().ok()
 }
 
 pub struct UdpQueuesCollector {
@@ -342,20 +341,6 @@ mod tests {
         std::fs::write(dir.path().join("net/udp"), "x\n").unwrap();
         let e = render(c.as_mut()).unwrap_err();
         assert_eq!(e.file, dir.path().join("net/udp"));
-    }
-
-    #[test]
-    fn inuse_counts() {
-        let v4 = "sockets: used 7\nTCP: inuse 1 orphan 0 tw 1 alloc 1 mem 0\nUDP: inuse 3 mem 2\nUDPLITE: inuse 0\n";
-        assert_eq!(inuse(v4, "UDP"), Some(3));
-        assert_eq!(inuse(v4, "UDPLITE"), Some(0));
-        assert_eq!(inuse("UDPLITE: inuse 0\n", "UDP"), None);
-        let v6 = "TCP6: inuse 0\nUDP6: inuse 0\nUDPLITE6: inuse 0\n";
-        assert_eq!(inuse(v6, "UDP6"), Some(0));
-        assert_eq!(inuse(v6, "UDP"), None);
-        for bad in ["UDP: mem 0 inuse 0\n", "UDP: inuse\n", "UDP: inuse x\n", "UDP: inuse -1\n", ""] {
-            assert_eq!(inuse(bad, "UDP"), None, "{bad:?}");
-        }
     }
 
     /// A fixture tree's sockstat counts no UDP socket while its udp lists
