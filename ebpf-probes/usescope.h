@@ -7,8 +7,13 @@
  * a single BPF_MAP_LOOKUP_ELEM at scrape time, and the kernel side needs no
  * atomics. biolatency's keys (devices) are only known to the kernel side, so
  * it uses a per-CPU hash; drops has many possible keys of which few are
- * used, so it keeps a bitmap of those beside its counters (below). exporter/src/probes/layout.rs mirrors these structs with
- * #[repr(C)] and a test checks that the sizes agree.
+ * used, so it keeps a bitmap of those beside its counters (below).
+ *
+ * exporter/build.rs generates the Rust mirror of this file (every #define as
+ * a constant, every struct as a #[repr(C)] struct) and has clang check its
+ * reading, so keep to the C it reads (exporter/build/header.rs): defines of
+ * integer expressions (+ - * / and parentheses), structs of __u64 and __u32
+ * fields and arrays, comments and _Static_assert.
  */
 #ifndef USESCOPE_H
 #define USESCOPE_H

@@ -6,12 +6,20 @@
 //!   `include_bytes_aligned!`, so the one `usescope` binary is all an
 //!   operator deploys.
 //!
+//! - generates `OUT_DIR/layout.rs`, the Rust mirror of the map layouts in
+//!   `ebpf-probes/usescope.h` (constants and `#[repr(C)]` structs), which
+//!   `src/probes/layout.rs` includes, and checks its own reading of the
+//!   header against clang ([`generate_layout`]).
+//!
 //! The C side includes the checked-in `ebpf-probes/vmlinux.h`, so building
 //! needs clang and libbpf-dev's headers but no BTF on the build host (see
 //! docs/probes.md).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "build/header.rs"]
+mod header;
 
 /// The probe objects: `OUT_DIR/<object>.bpf.o` from `ebpf-probes/<source>.bpf.c`
 /// with extra clang flags. runqlat comes three ways: from the scheduler's
@@ -31,6 +39,7 @@ const PROBES: &[(&str, &str, &[&str])] = &[
 
 fn main() {
     stamp_versions();
+    generate_layout();
     compile_probes();
 }
 
@@ -88,6 +97,51 @@ fn compile_probes() {
         let obj = out_dir.join(format!("{name}.bpf.o"));
         run_clang(&clang, &src_dir, &src, flags, &full);
         strip_dwarf(&full, &obj);
+    }
+}
+
+/// Writes `OUT_DIR/layout.rs` from `ebpf-probes/usescope.h`, then has clang
+/// check that reading: a C file asserting every define's value and every
+/// struct's size, field offsets and field sizes as computed here is compiled
+/// the way the probes are, so a misread header fails the build instead of
+/// shifting the counters user space reads.
+fn generate_layout() {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ebpf-probes");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let path = src_dir.join("usescope.h");
+    println!("cargo:rerun-if-changed={}", path.display());
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", path.display())));
+    let parsed = header::parse("ebpf-probes/usescope.h", &text).unwrap_or_else(|e| fail(&e));
+    let check = out_dir.join("layout_check.c");
+    write(&check, &header::c_check(&parsed, "ebpf-probes/usescope.h"));
+    let clang = std::env::var("USESCOPE_CLANG").unwrap_or_else(|_| "clang".to_string());
+    let output = Command::new(&clang)
+        .args(["-target", "bpf", "-fsyntax-only", "-Wall", "-Werror", "-I"])
+        .arg(&src_dir)
+        .arg(&check)
+        .output();
+    match output {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => fail(&format!(
+            "build.rs misread ebpf-probes/usescope.h (or the header uses C it does not \
+             read): clang rejects its check {}:\n{}",
+            check.display(),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => fail(&format!(
+            "cannot run `{clang}` to check the header layout ({e})"
+        )),
+    }
+    write(
+        &out_dir.join("layout.rs"),
+        &header::rust(&parsed, "ebpf-probes/usescope.h"),
+    );
+}
+
+fn write(path: &Path, text: &str) {
+    if let Err(e) = std::fs::write(path, text) {
+        fail(&format!("cannot write {}: {e}", path.display()));
     }
 }
 

@@ -62,6 +62,7 @@ ALLOWED_PREFIXES = (
     "fuzz/target/",
     "fuzz/artifacts/",
     "bench/out/",  # bench/run.py's reports (.gitignore)
+    "OUT_DIR/",  # cargo's output directory for exporter/build.rs (generated Rust, probe objects)
     "include/uapi/",  # kernel source tree
     "include/linux/",  # kernel source tree
     "docs/node-mixin",  # node_exporter's source tree (its Go module), rendered by tests/incidents/node_mixin.py
