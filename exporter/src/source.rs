@@ -100,6 +100,9 @@ pub struct SourceFile {
     one_pread: bool,
     /// That the file was absent, while nothing could have created it.
     absence: Memo,
+    /// The last read failed because the file's device went away
+    /// ([`Vanished::NoDevice`]).
+    device_gone: bool,
 }
 
 /// Most attribute descriptors kept open at once, process-wide: 512, or an
@@ -161,6 +164,44 @@ fn attribute_unavailable(e: &io::Error) -> bool {
     )
 }
 
+/// How a read found that a file, or the device it belongs to, went away
+/// after a listing named it (an interface deleted, a chip unbound, a CPU
+/// taken offline during a scrape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vanished {
+    /// ENOENT or ENOTDIR: the path is not there. A device lacking an
+    /// attribute answers the same, so the device counts as gone only if
+    /// its directory is gone too ([`Vanished::device_gone`]).
+    NotFound,
+    /// ENODEV or ENXIO: the device is gone or going. sysfs answers ENODEV
+    /// for a file removed while it was open, and for the attributes of a
+    /// network interface being unregistered (Linux 6.13+).
+    NoDevice,
+}
+
+/// Whether `e` means that a file or its device went away.
+pub fn vanished(e: &io::Error) -> Option<Vanished> {
+    match e.raw_os_error()? {
+        libc::ENOENT | libc::ENOTDIR => Some(Vanished::NotFound),
+        libc::ENODEV | libc::ENXIO => Some(Vanished::NoDevice),
+        _ => None,
+    }
+}
+
+impl Vanished {
+    /// Whether the device whose directory is `dir` went away, given a read
+    /// under it that failed this way.
+    pub fn device_gone(self, dir: &Path) -> bool {
+        match self {
+            Vanished::NoDevice => true,
+            // Followed: a class entry is a link to the device's directory.
+            Vanished::NotFound => {
+                std::fs::metadata(dir).is_err_and(|e| vanished(&e) == Some(Vanished::NotFound))
+            }
+        }
+    }
+}
+
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 const SYSFS_MAGIC: i64 = 0x6265_6572;
 
@@ -180,6 +221,7 @@ impl SourceFile {
             keep: true,
             one_pread: false,
             absence: Memo::default(),
+            device_gone: false,
         }
     }
 
@@ -203,12 +245,20 @@ impl SourceFile {
             keep: true,
             one_pread: false,
             absence: Memo::default(),
+            device_gone: false,
         }
     }
 
     /// Whether a descriptor is kept between reads.
     pub fn is_kept(&self) -> bool {
         self.kept.is_some()
+    }
+
+    /// Whether the last read failed because the file's device went away
+    /// (ENODEV, ENXIO): the caller leaves that device out of this scrape
+    /// instead of failing. An ENOENT is [`Read::Absent`], as before.
+    pub fn device_gone(&self) -> bool {
+        self.device_gone
     }
 
     /// A small file read with a small request size (sysctls, one number).
@@ -260,6 +310,7 @@ impl SourceFile {
     /// [`CollectError`] naming the file. Lines that are not valid UTF-8 are
     /// left out of the text (see the module documentation).
     pub fn read(&mut self) -> Result<Read<'_>, CollectError> {
+        self.device_gone = false;
         if self.absence.still_absent() {
             return Ok(Read::Absent);
         }
@@ -285,7 +336,10 @@ impl SourceFile {
                 self.note_presence(false);
                 return Ok(Read::Absent);
             }
-            Err(e) => return Err(CollectError::io(&self.path, e)),
+            Err(e) => {
+                self.device_gone = vanished(&e) == Some(Vanished::NoDevice);
+                return Err(CollectError::io(&self.path, e));
+            }
         }
         // The Ok arm cannot return the `&str` it was given while the Err
         // arm mutates `buf` (a known limit of the borrow checker, fixed by

@@ -13,14 +13,15 @@
 //! digit after the point is tenths of 1024) or plain integers, read as
 //! procfs' `dehumanize` reads them. A value file that is absent counts 0,
 //! as in procfs; one that does not parse fails the collector naming the
-//! file. Without bcache a scrape looks the directory up only
+//! file. A cache set stopped while it is read (ENODEV, or its directory
+//! gone) is left out. Without bcache a scrape looks the directory up only
 //! after a uevent or a mount (absence.rs).
 
 use std::io;
 use std::path::Path;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::Families;
+use crate::collectors::sysfs::{DeviceError, Families, io_error, settle};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -233,19 +234,19 @@ pub fn parse_priority_stats_into(text: &str, out: &mut PriorityStats) -> Result<
 fn read_with<T: Default>(
     path: &Path,
     parse: fn(&str, &mut T) -> Result<(), ParseError>,
-) -> Result<T, CollectError> {
-    let text = std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))?;
+) -> Result<T, DeviceError> {
+    let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
     let mut v = T::default();
     parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
     Ok(v)
 }
 
 /// A value file; absent counts 0, as in procfs.
-fn value(path: &Path) -> Result<u64, CollectError> {
+fn value(path: &Path) -> Result<u64, DeviceError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(CollectError::io(path, e)),
+        Err(e) => return Err(io_error(path, e)),
     };
     let mut v = 0;
     parse_value_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
@@ -325,6 +326,12 @@ impl BcacheCollector {
 
     fn read_set(&mut self, uuid: &str) -> Result<(), CollectError> {
         let dir = self.root.path().join(uuid);
+        let mark = self.families.len();
+        let read = self.read_set_in(&dir, uuid);
+        settle(&mut self.families, mark, &dir, read)
+    }
+
+    fn read_set_in(&mut self, dir: &Path, uuid: &str) -> Result<(), DeviceError> {
         let set = [("uuid", uuid)];
         for (file, family, help, kind) in SET_VALUES {
             let v = value(&dir.join(file))?;
@@ -335,7 +342,7 @@ impl BcacheCollector {
         let v = value(&dir.join(BTREE_READ.0))?;
         self.push(BTREE_READ.1, BTREE_READ.2, MetricType::Gauge, &set, v as f64 * 1e-9);
 
-        for bdev in numbered(&dir, "bdev") {
+        for bdev in numbered(dir, "bdev") {
             let bdir = dir.join(&bdev);
             let labels = [("uuid", uuid), ("backing_device", bdev.as_str())];
             let dirty = value(&bdir.join("dirty_data"))?;
@@ -363,7 +370,7 @@ impl BcacheCollector {
             }
         }
 
-        for cache in numbered(&dir, "cache") {
+        for cache in numbered(dir, "cache") {
             let cdir = dir.join(&cache);
             let labels = [("uuid", uuid), ("cache_device", cache.as_str())];
             let v = value(&cdir.join("io_errors"))?;

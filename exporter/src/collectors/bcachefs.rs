@@ -14,15 +14,16 @@
 //! Sizes use bcachefs' one-letter units (`k`, `M`, `G`, `T`, `P`, `E`,
 //! powers of 1024), read as procfs reads them. A file that is absent
 //! leaves its families out; one that does not parse fails the collector
-//! naming the file and line. Without bcachefs a scrape looks the directory up
-//! only after a uevent or a mount (absence.rs).
+//! naming the file and line; a filesystem unmounted while it is read
+//! (ENODEV, or its directory gone) is left out. Without bcachefs a scrape
+//! looks the directory up only after a uevent or a mount (absence.rs).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, sanitize_metric_name};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, sanitize_metric_name, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -238,11 +239,11 @@ pub fn parse_io_errors(text: &str) -> Result<Vec<(String, u64)>, ParseError> {
 }
 
 /// A file's text, `None` if absent.
-fn read_optional(path: &Path) -> Result<Option<String>, CollectError> {
+fn read_optional(path: &Path) -> Result<Option<String>, DeviceError> {
     match std::fs::read_to_string(path) {
         Ok(t) => Ok(Some(t)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(CollectError::io(path, e)),
+        Err(e) => Err(io_error(path, e)),
     }
 }
 
@@ -250,24 +251,24 @@ fn read_optional(path: &Path) -> Result<Option<String>, CollectError> {
 fn parsed<T: Default>(
     path: &Path,
     parse: impl Fn(&str) -> Result<T, ParseError>,
-) -> Result<T, CollectError> {
+) -> Result<T, DeviceError> {
     match read_optional(path)? {
-        Some(t) => parse(&t).map_err(|e| CollectError::from_parse(path, e)),
+        Some(t) => parse(&t).map_err(|e| CollectError::from_parse(path, e).into()),
         None => Ok(T::default()),
     }
 }
 
 /// The names of the entries of `dir` that are directories (not links),
 /// or files, sorted; none if `dir` is absent.
-fn entries(dir: &Path, dirs: bool) -> Result<Vec<String>, CollectError> {
+fn entries(dir: &Path, dirs: bool) -> Result<Vec<String>, DeviceError> {
     let it = match std::fs::read_dir(dir) {
         Ok(it) => it,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(CollectError::io(dir, e)),
+        Err(e) => return Err(io_error(dir, e)),
     };
     let mut out = Vec::new();
     for e in it {
-        let e = e.map_err(|e| CollectError::io(dir, e))?;
+        let e = e.map_err(|e| io_error(dir, e))?;
         if e.file_type().is_ok_and(|t| t.is_dir() == dirs) {
             out.push(e.file_name().to_string_lossy().into_owned());
         }
@@ -298,8 +299,14 @@ impl BcachefsCollector {
     }
 
     fn read_fs(&mut self, uuid: &str) -> Result<(), CollectError> {
-        use MetricType::{Counter, Gauge};
         let dir = self.root.join(uuid);
+        let mark = self.families.len();
+        let read = self.read_fs_in(&dir, uuid);
+        settle(&mut self.families, mark, &dir, read)
+    }
+
+    fn read_fs_in(&mut self, dir: &Path, uuid: &str) -> Result<(), DeviceError> {
+        use MetricType::{Counter, Gauge};
         let id = [("uuid", uuid)];
         self.push("info", "Filesystem information.", Gauge, &id, 1.0);
         let cache = parsed(&dir.join("btree_cache_size"), |t| parse_fresh(t, parse_size_into))?;
@@ -335,7 +342,7 @@ impl BcachefsCollector {
         Ok(())
     }
 
-    fn read_device(&mut self, uuid: &str, device: &str, dir: &Path) -> Result<(), CollectError> {
+    fn read_device(&mut self, uuid: &str, device: &str, dir: &Path) -> Result<(), DeviceError> {
         use MetricType::{Counter, Gauge};
         // label and state: any read error is an empty label, as in procfs.
         let text = |f: &str| {
@@ -378,6 +385,7 @@ impl Collector for BcachefsCollector {
             return Ok(());
         }
         let read = entries(&self.root, true)
+            .map_err(CollectError::from)
             .and_then(|names| names.iter().try_for_each(|n| self.read_fs(n)));
         self.families.write_or_discard(enc, read)
     }

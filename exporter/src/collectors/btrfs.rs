@@ -18,7 +18,9 @@
 //! With btrfs built in but nothing mounted, a scrape lists one directory
 //! of one entry (`features`); without btrfs, nothing (the absence is
 //! remembered until a uevent or a mount: absence.rs).
-//! mountinfo is read only when a btrfs filesystem is there.
+//! mountinfo is read only when a btrfs filesystem is there. A filesystem
+//! unmounted while it is read (ENODEV from its files, or its directory
+//! gone) is left out of that scrape.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ use std::path::{Path, PathBuf};
 use crate::collector::Collector;
 use crate::collectors::btrfs_ioctl::{self, Device as IoctlDevice};
 use crate::collectors::filesystem::{self, Mount};
+use crate::collectors::sysfs::{DeviceError, DeviceFile};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
@@ -208,9 +211,9 @@ impl Value {
         }
     }
 
-    fn read(&mut self) -> Result<u64, CollectError> {
+    fn read(&mut self) -> Result<u64, DeviceError> {
         let v = &mut self.value;
-        if self.file.parse_with(|t| u64_sysctl_into(t, v))?.is_none() {
+        if self.file.device_parse(|t| u64_sysctl_into(t, v))?.is_none() {
             *v = 0;
         }
         Ok(*v)
@@ -280,13 +283,13 @@ impl Filesystem {
         }
     }
 
-    fn read(&mut self) -> Result<(), CollectError> {
+    fn read(&mut self) -> Result<(), DeviceError> {
         let label = &mut self.label;
-        if self.label_file.parse_with(|t| parse_text_into(t, label))?.is_none() {
+        if self.label_file.device_parse(|t| parse_text_into(t, label))?.is_none() {
             label.clear();
         }
         let uuid = &mut self.uuid;
-        if self.uuid_file.parse_with(|t| parse_text_into(t, uuid))?.is_none() || uuid.is_empty() {
+        if self.uuid_file.device_parse(|t| parse_text_into(t, uuid))?.is_none() || uuid.is_empty() {
             uuid.clear();
             uuid.push_str(&self.dir_name);
         }
@@ -294,7 +297,7 @@ impl Filesystem {
         let commits = &mut self.commits;
         if self
             .commit_file
-            .parse_with(|t| parse_commit_stats_into(t, commits))?
+            .device_parse(|t| parse_commit_stats_into(t, commits))?
             .is_none()
         {
             *commits = CommitStats::default(); // before Linux 6.0
@@ -437,8 +440,11 @@ impl Collector for BtrfsCollector {
                 }
             };
             let fs = &mut self.filesystems[i];
-            fs.read()?;
-            fs.present = true;
+            // One unmounted while it is read is left out.
+            match fs.read() {
+                Ok(()) => fs.present = true,
+                Err(e) => e.settle(&fs.dir)?,
+            }
         }
         self.filesystems.retain(|f| f.present);
         if self.filesystems.is_empty() {

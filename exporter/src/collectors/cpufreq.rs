@@ -15,7 +15,10 @@
 //! `scaling_driver`, `scaling_governor`, `related_cpus` and
 //! `scaling_setspeed` must be readable, or the collector fails (procfs
 //! reads them all); with a governor set, every available governor is a
-//! series, 1 for the current one.
+//! series, 1 for the current one. A CPU that went away while it was read
+//! (taken offline after `offline` was read: EBUSY from its policy;
+//! hot-removed: ENODEV, or its directory gone) is left out of the scrape,
+//! where node_exporter fails the collector.
 //!
 //! `node_cpu_frequency_hertz` is also the cpu collector's family (from
 //! /proc/cpuinfo, with `--collector.cpu.info`). node_exporter then has
@@ -35,10 +38,10 @@ use std::path::{Path, PathBuf};
 use crate::absence;
 use crate::collector::Collector;
 use crate::collectors::cpu::parse_cpu_range_into;
-use crate::collectors::sysfs::{Families, read_raw, read_trimmed};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
-use crate::source::{DirListing, Read, SourceFile};
+use crate::source::{DirListing, Read, SourceFile, Vanished};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{parse_fresh, single_field};
 
@@ -193,17 +196,28 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 /// An integer attribute: `Ok(None)` if absent or not permitted, an error
 /// naming the file for any other failure.
-fn uint_attr(path: &Path) -> Result<Option<u64>, CollectError> {
+fn uint_attr(path: &Path) -> Result<Option<u64>, DeviceError> {
     let text = match read_trimmed(path) {
         Ok(t) => t,
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied) => {
             return Ok(None);
         }
-        Err(e) => return Err(CollectError::io(path, e)),
+        Err(e) => return Err(freq_error(path, e)),
     };
     let mut v = 0;
     parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
     Ok(Some(v))
+}
+
+/// An error reading a file of a CPU's `cpufreq`: cpufreq answers EBUSY
+/// for every file of a policy whose CPUs have all gone offline, which a
+/// CPU taken offline after `offline` was read meets, so that counts as
+/// the CPU gone, with ENODEV and the rest ([`io_error`]).
+fn freq_error(path: &Path, e: std::io::Error) -> DeviceError {
+    if e.raw_os_error() == Some(libc::EBUSY) {
+        return DeviceError::Vanishing(CollectError::io(path, e), Vanished::NoDevice);
+    }
+    io_error(path, e)
 }
 
 impl CpufreqCollector {
@@ -245,6 +259,61 @@ impl CpufreqCollector {
     }
 }
 
+/// One CPU's `cpufreq` directory. `freq_taken`: whether the cpu
+/// collector wrote the frequency family first (looked for once).
+fn read_cpu(
+    families: &mut Families,
+    freq_dir: &Path,
+    cpu: &str,
+    freq_taken: &mut Option<bool>,
+    enc: &Encoder,
+) -> Result<(), DeviceError> {
+    let labels = [("cpu", cpu)];
+    for (file, family) in UINT_FILES {
+        let Some(khz) = uint_attr(&freq_dir.join(file))? else {
+            continue;
+        };
+        match family {
+            Some((name, _))
+                if *name == FREQ
+                    && *freq_taken.get_or_insert_with(|| {
+                        memchr::memmem::find(
+                            enc.written(),
+                            format!("# TYPE {FREQ} gauge\n").as_bytes(),
+                        )
+                        .is_some()
+                    }) => {}
+            Some((name, help)) => families.push(
+                *name,
+                *help,
+                MetricType::Gauge,
+                &labels,
+                khz as f64 * 1000.0,
+            ),
+            None => {}
+        }
+    }
+    let mut strings: [String; 5] = Default::default();
+    for (file, out) in STRING_FILES.iter().zip(strings.iter_mut()) {
+        let path = freq_dir.join(file);
+        let raw = read_raw(&path).map_err(|e| freq_error(&path, e))?;
+        *out = String::from_utf8_lossy(&raw).trim().to_string();
+    }
+    let [available, _, governor, _, _] = &strings;
+    if !governor.is_empty() {
+        for g in available.split(' ') {
+            families.push(
+                GOVERNOR,
+                GOVERNOR_HELP,
+                MetricType::Gauge,
+                &[("cpu", cpu), ("governor", g)],
+                if g == governor { 1.0 } else { 0.0 },
+            );
+        }
+    }
+    Ok(())
+}
+
 impl Collector for CpufreqCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
@@ -262,49 +331,9 @@ impl Collector for CpufreqCollector {
             {
                 continue;
             }
-            let labels = [("cpu", cpu.as_str())];
-            for (file, family) in UINT_FILES {
-                let Some(khz) = uint_attr(&freq_dir.join(file))? else {
-                    continue;
-                };
-                match family {
-                    Some((name, _))
-                        if *name == FREQ
-                            && *freq_taken.get_or_insert_with(|| {
-                                memchr::memmem::find(
-                                    enc.written(),
-                                    format!("# TYPE {FREQ} gauge\n").as_bytes(),
-                                )
-                                .is_some()
-                            }) => {}
-                    Some((name, help)) => self.families.push(
-                        *name,
-                        *help,
-                        MetricType::Gauge,
-                        &labels,
-                        khz as f64 * 1000.0,
-                    ),
-                    None => {}
-                }
-            }
-            let mut strings: [String; 5] = Default::default();
-            for (file, out) in STRING_FILES.iter().zip(strings.iter_mut()) {
-                let path = freq_dir.join(file);
-                let raw = read_raw(&path).map_err(|e| CollectError::io(&path, e))?;
-                *out = String::from_utf8_lossy(&raw).trim().to_string();
-            }
-            let [available, _, governor, _, _] = &strings;
-            if !governor.is_empty() {
-                for g in available.split(' ') {
-                    self.families.push(
-                        GOVERNOR,
-                        GOVERNOR_HELP,
-                        MetricType::Gauge,
-                        &[("cpu", cpu.as_str()), ("governor", g)],
-                        if g == governor { 1.0 } else { 0.0 },
-                    );
-                }
-            }
+            let mark = self.families.len();
+            let read = read_cpu(&mut self.families, &freq_dir, &cpu, &mut freq_taken, enc);
+            settle(&mut self.families, mark, &freq_dir, read)?;
         }
         self.families.write(enc);
         Ok(())

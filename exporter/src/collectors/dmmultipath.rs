@@ -12,7 +12,9 @@
 //!
 //! A `dm-*` without `dm/uuid` is not a device-mapper device and is
 //! skipped, as procfs skips it. Any other file that is missing or not a
-//! number fails the collector naming the file. Without dm devices a scrape
+//! number fails the collector naming the file, unless its map or path
+//! went away since it was listed (ENODEV, or its directory gone): that
+//! map, or that path, is left out. Without dm devices a scrape
 //! costs one listing of /sys/block (kept open, rewound), and none while no
 //! uevent has been sent since the last ([`Dir::of_devices`]).
 
@@ -20,7 +22,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -84,11 +86,11 @@ fn is_active(state: &str) -> bool {
     state == "running" || state == "live"
 }
 
-fn text(path: &Path) -> Result<String, CollectError> {
-    read_trimmed(path).map_err(|e| CollectError::io(path, e))
+fn text(path: &Path) -> Result<String, DeviceError> {
+    read_trimmed(path).map_err(|e| io_error(path, e))
 }
 
-fn number(path: &Path) -> Result<u64, CollectError> {
+fn number(path: &Path) -> Result<u64, DeviceError> {
     let t = text(path)?;
     let mut v = 0;
     parse_into(&t, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
@@ -114,10 +116,16 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 impl DmMultipathCollector {
     fn read_map(&mut self, dm: &str) -> Result<(), CollectError> {
         let dir = self.block.join(dm);
+        let mark = self.families.len();
+        let read = self.read_map_in(&dir, dm);
+        settle(&mut self.families, mark, &dir, read)
+    }
+
+    fn read_map_in(&mut self, dir: &Path, dm: &str) -> Result<(), DeviceError> {
         let uuid = match read_trimmed(&dir.join("dm/uuid")) {
             Ok(u) => u,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(CollectError::io(&dir.join("dm/uuid"), e)),
+            Err(e) => return Err(io_error(&dir.join("dm/uuid"), e)),
         };
         if !uuid.starts_with("mpath-") {
             return Ok(());
@@ -131,15 +139,23 @@ impl DmMultipathCollector {
             Ok(entries) => entries
                 .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
                 .collect::<Result<_, _>>()
-                .map_err(|e| CollectError::io(&slaves, e))?,
+                .map_err(|e| io_error(&slaves, e))?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(CollectError::io(&slaves, e)),
+            Err(e) => return Err(io_error(&slaves, e)),
         };
         paths.sort();
         let (mut active, mut failed) = (0u64, 0u64);
+        let mut states = Vec::with_capacity(paths.len());
         for path in &paths {
-            let state = text(&self.block.join(path).join("device/state"))?;
-            if is_active(&state) {
+            let device = self.block.join(path);
+            match text(&device.join("device/state")) {
+                Ok(state) => states.push((path.as_str(), state)),
+                // A path removed since `slaves/` was listed: not counted.
+                Err(e) => e.settle(&device)?,
+            }
+        }
+        for (path, state) in &states {
+            if is_active(state) {
                 active += 1;
             } else {
                 failed += 1;
@@ -148,7 +164,7 @@ impl DmMultipathCollector {
                 PATH_STATE.0,
                 PATH_STATE.1,
                 MetricType::Gauge,
-                &[("device", &name), ("path", path), ("state", &state)],
+                &[("device", &name), ("path", path), ("state", state)],
                 1.0,
             );
         }
@@ -158,7 +174,7 @@ impl DmMultipathCollector {
         let mut gauge = |(n, h): (&str, &str), v: f64| f.push(n, h, MetricType::Gauge, &labels, v);
         gauge(ACTIVE, if suspended { 0.0 } else { 1.0 });
         gauge(SIZE, bytes as f64);
-        gauge(PATHS, paths.len() as f64);
+        gauge(PATHS, states.len() as f64);
         gauge(PATHS_ACTIVE, active as f64);
         gauge(PATHS_FAILED, failed as f64);
         f.push(
@@ -240,8 +256,20 @@ mod tests {
         std::fs::write(dm.join("dm/name"), "mpathz\n").unwrap();
         std::fs::write(dm.join("dm/suspended"), "0\n").unwrap();
         std::fs::write(dm.join("size"), "8\n").unwrap();
+        // The path's device is there, without a state.
+        std::fs::create_dir_all(dir.path().join("block/sdz/device")).unwrap();
         let s = Settings::with_roots("/nonexistent", dir.path());
         let e = render(build(&s).as_mut()).unwrap_err();
         assert!(e.file.ends_with("block/sdz/device/state"), "{e}");
+        // Removed since `slaves/` named it: that path alone is left out.
+        std::fs::remove_dir_all(dir.path().join("block/sdz")).unwrap();
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(
+            out.contains(
+                "node_dmmultipath_device_paths{device=\"mpathz\",sysfs_name=\"dm-7\"} 0\n"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("sdz"), "{out}");
     }
 }

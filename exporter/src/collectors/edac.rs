@@ -7,13 +7,15 @@
 //! `csrow="unknown"`); each `csrowN` has `ce_count`, `ue_count` and per
 //! channel `chN_ce_count`, `chN_ue_count` and `chN_dimm_label`. A missing
 //! or non-numeric count fails the collector naming the file, as in
-//! node_exporter; a missing `chN_ue_count` only drops that sample.
+//! node_exporter; a missing `chN_ue_count` only drops that sample. A
+//! controller that went away while it was read (its driver unloaded:
+//! ENODEV, or its directory gone) is left out.
 
 use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::sysfs::Families;
+use crate::collectors::sysfs::{DeviceError, Families, io_error, settle};
 use crate::collectors::textfile::glob;
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
@@ -68,8 +70,8 @@ pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
     Ok(())
 }
 
-fn count(path: &Path) -> Result<u64, CollectError> {
-    let text = std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))?;
+fn count(path: &Path) -> Result<u64, DeviceError> {
+    let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
     let mut v = 0;
     parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
     Ok(v)
@@ -113,52 +115,59 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl EdacCollector {
     fn read(&mut self) -> Result<(), CollectError> {
-        let f = &mut self.families;
-        let mut push = |(name, help): (&str, &str), labels: &[(&'static str, &str)], v: u64| {
-            f.push(name, help, MetricType::Counter, labels, v as f64);
-        };
         if matches!(self.presence.exists(&self.mc), Ok(false)) {
             return Ok(());
         }
         for mc in glob(&format!("{}/mc[0-9]*", self.mc.display())).unwrap_or_default() {
-            let ctl = number(&mc, "mc");
-            let dir = Path::new(&mc);
-            push(CE, &[("controller", &ctl)], count(&dir.join("ce_count"))?);
-            let v = count(&dir.join("ce_noinfo_count"))?;
-            push(CSROW_CE, &[("controller", &ctl), ("csrow", "unknown")], v);
-            push(UE, &[("controller", &ctl)], count(&dir.join("ue_count"))?);
-            let v = count(&dir.join("ue_noinfo_count"))?;
-            push(CSROW_UE, &[("controller", &ctl), ("csrow", "unknown")], v);
-            for csrow in glob(&format!("{mc}/csrow[0-9]*")).unwrap_or_default() {
-                let row = number(&csrow, "csrow");
-                let cdir = Path::new(&csrow);
-                let labels = [("controller", ctl.as_str()), ("csrow", row.as_str())];
-                push(CSROW_CE, &labels, count(&cdir.join("ce_count"))?);
-                push(CSROW_UE, &labels, count(&cdir.join("ue_count"))?);
-                for ch_file in glob(&format!("{csrow}/ch*_ce_count")).unwrap_or_default() {
-                    let base = number(&ch_file, "ch");
-                    let Some(ch) = base
-                        .strip_suffix("_ce_count")
-                        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
-                    else {
-                        continue;
-                    };
-                    let label = dimm_label(cdir, ch);
-                    let labels = [
-                        ("controller", ctl.as_str()),
-                        ("csrow", row.as_str()),
-                        ("channel", ch),
-                        ("dimm_label", label.as_str()),
-                    ];
-                    push(CHANNEL_CE, &labels, count(Path::new(&ch_file))?);
-                    if let Ok(v) = count(&cdir.join(format!("ch{ch}_ue_count"))) {
-                        push(CHANNEL_UE, &labels, v);
-                    }
-                }
-            }
+            let mark = self.families.len();
+            let read = read_controller(&mut self.families, &mc);
+            settle(&mut self.families, mark, Path::new(&mc), read)?;
         }
         Ok(())
     }
+}
+
+/// One memory controller, `mc` its directory.
+fn read_controller(f: &mut Families, mc: &str) -> Result<(), DeviceError> {
+    let mut push = |(name, help): (&str, &str), labels: &[(&'static str, &str)], v: u64| {
+        f.push(name, help, MetricType::Counter, labels, v as f64);
+    };
+    let ctl = number(mc, "mc");
+    let dir = Path::new(mc);
+    push(CE, &[("controller", &ctl)], count(&dir.join("ce_count"))?);
+    let v = count(&dir.join("ce_noinfo_count"))?;
+    push(CSROW_CE, &[("controller", &ctl), ("csrow", "unknown")], v);
+    push(UE, &[("controller", &ctl)], count(&dir.join("ue_count"))?);
+    let v = count(&dir.join("ue_noinfo_count"))?;
+    push(CSROW_UE, &[("controller", &ctl), ("csrow", "unknown")], v);
+    for csrow in glob(&format!("{mc}/csrow[0-9]*")).unwrap_or_default() {
+        let row = number(&csrow, "csrow");
+        let cdir = Path::new(&csrow);
+        let labels = [("controller", ctl.as_str()), ("csrow", row.as_str())];
+        push(CSROW_CE, &labels, count(&cdir.join("ce_count"))?);
+        push(CSROW_UE, &labels, count(&cdir.join("ue_count"))?);
+        for ch_file in glob(&format!("{csrow}/ch*_ce_count")).unwrap_or_default() {
+            let base = number(&ch_file, "ch");
+            let Some(ch) = base
+                .strip_suffix("_ce_count")
+                .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                continue;
+            };
+            let label = dimm_label(cdir, ch);
+            let labels = [
+                ("controller", ctl.as_str()),
+                ("csrow", row.as_str()),
+                ("channel", ch),
+                ("dimm_label", label.as_str()),
+            ];
+            push(CHANNEL_CE, &labels, count(Path::new(&ch_file))?);
+            if let Ok(v) = count(&cdir.join(format!("ch{ch}_ue_count"))) {
+                push(CHANNEL_UE, &labels, v);
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Collector for EdacCollector {

@@ -9,13 +9,16 @@
 //! `0xffffffffffffffff` is one the HBA firmware does not implement and
 //! has no series, as in node_exporter. A missing attribute is an empty
 //! label; a missing counter has no series (node_exporter dereferences a
-//! nil pointer and crashes there). Without FC a scrape looks the class up only
-//! after a uevent or a mount (absence.rs).
+//! nil pointer and crashes there). A port that went away while it was
+//! read (ENODEV, or its directory gone) is left out of the scrape. Without
+//! FC a scrape looks the class up only after a uevent or a mount
+//! (absence.rs).
 
 use std::io;
+use std::path::Path;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -95,6 +98,12 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 impl FibreChannelCollector {
     fn read_host(&mut self, host: &str) -> Result<(), CollectError> {
         let dir = self.class.path().join(host);
+        let mark = self.families.len();
+        let read = self.read_host_in(&dir, host);
+        settle(&mut self.families, mark, &dir, read)
+    }
+
+    fn read_host_in(&mut self, dir: &Path, host: &str) -> Result<(), DeviceError> {
         let mut values: Vec<String> = Vec::with_capacity(ATTRIBUTES.len());
         for (_, file, strip) in ATTRIBUTES {
             let path = dir.join(file);
@@ -102,7 +111,7 @@ impl FibreChannelCollector {
                 Ok(v) if *strip && v.len() > 2 => v[2..].to_string(),
                 Ok(v) => v,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
-                Err(e) => return Err(CollectError::io(&path, e)),
+                Err(e) => return Err(io_error(&path, e)),
             };
             values.push(v);
         }
@@ -122,7 +131,7 @@ impl FibreChannelCollector {
                 {
                     continue;
                 }
-                Err(e) => return Err(CollectError::io(&path, e)),
+                Err(e) => return Err(io_error(&path, e)),
             };
             let mut v = 0;
             parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(&path, e))?;

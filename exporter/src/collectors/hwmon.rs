@@ -20,7 +20,9 @@
 //!
 //! An attribute that cannot be read (absent, EIO, not a regular file) or
 //! is not a number is left out, as node_exporter leaves it out. A chip
-//! directory that cannot be listed fails the collector.
+//! directory that cannot be listed fails the collector, unless the chip
+//! went away since class/hwmon was listed (a USB sensor unplugged, a
+//! driver unbound): that chip is left out (node_exporter fails).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -29,7 +31,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_raw};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw, settle};
 use crate::collectors::textfile::go_parse_float;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
@@ -357,12 +359,12 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 }
 
 impl HwmonCollector {
-    fn chip(&mut self, dir: &Path, chip: &str) -> std::io::Result<()> {
+    fn chip(&mut self, dir: &Path, chip: &str) -> Result<(), DeviceError> {
         let mut data = Sensors::new();
-        collect_sensor_data(dir, &mut data)?;
+        collect_sensor_data(dir, &mut data).map_err(|e| io_error(dir, e))?;
         let device = dir.join("device");
         if std::fs::metadata(&device).is_ok() {
-            collect_sensor_data(&device, &mut data)?;
+            collect_sensor_data(&device, &mut data).map_err(|e| io_error(&device, e))?;
         }
         let f = &mut self.families;
         if let Some(raw) = read_name_file(dir).filter(|r| !r.is_empty()) {
@@ -508,8 +510,10 @@ impl Collector for HwmonCollector {
             ) {
                 continue;
             }
-            if let Err(e) = self.chip(&dir, &chip) {
-                last_err = Some(CollectError::io(&dir, e));
+            let mark = self.families.len();
+            let read = self.chip(&dir, &chip);
+            if let Err(e) = settle(&mut self.families, mark, &dir, read) {
+                last_err = Some(e);
             }
         }
         if let Some(e) = last_err {

@@ -10,7 +10,9 @@
 //! ones) and `hw_counters/` (driver counters such as mlx5's RoCE ones).
 //! A counter file that cannot be read now (EACCES, EINVAL, EOPNOTSUPP) or
 //! says `N/A (no PMA)` is left out, as procfs leaves it out; files of
-//! unknown counters are read but not exported.
+//! unknown counters are read but not exported. A device that went away
+//! while it was read (ENODEV, or its directory gone) is left out of the
+//! scrape, where node_exporter fails the collector.
 //!
 //! `--collector.infiniband.device-include` / `device-exclude` filter
 //! devices by name. Without InfiniBand a scrape looks the class up
@@ -23,7 +25,7 @@ use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::hwmon::ignored;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -229,11 +231,11 @@ pub fn parse_counter_into(text: &str, out: &mut Option<u64>) -> Result<(), Parse
     Ok(())
 }
 
-fn required(path: &Path) -> Result<String, CollectError> {
-    std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))
+fn required(path: &Path) -> Result<String, DeviceError> {
+    std::fs::read_to_string(path).map_err(|e| io_error(path, e))
 }
 
-fn parsed<T: Default>(path: &Path, parse: fn(&str, &mut T) -> Result<(), ParseError>) -> Result<T, CollectError> {
+fn parsed<T: Default>(path: &Path, parse: fn(&str, &mut T) -> Result<(), ParseError>) -> Result<T, DeviceError> {
     let text = required(path)?;
     let mut v = T::default();
     parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
@@ -241,11 +243,11 @@ fn parsed<T: Default>(path: &Path, parse: fn(&str, &mut T) -> Result<(), ParseEr
 }
 
 /// An optional string attribute: empty when absent.
-fn optional(path: &Path) -> Result<String, CollectError> {
+fn optional(path: &Path) -> Result<String, DeviceError> {
     match read_trimmed(path) {
         Ok(v) => Ok(v),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(CollectError::io(path, e)),
+        Err(e) => Err(io_error(path, e)),
     }
 }
 
@@ -256,15 +258,15 @@ fn unavailable(e: &io::Error) -> bool {
 }
 
 /// The regular files of `dir` (none if it does not exist).
-fn regular_files(dir: &Path) -> Result<Vec<String>, CollectError> {
+fn regular_files(dir: &Path) -> Result<Vec<String>, DeviceError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(CollectError::io(dir, e)),
+        Err(e) => return Err(io_error(dir, e)),
     };
     let mut out = Vec::new();
     for e in entries {
-        let e = e.map_err(|e| CollectError::io(dir, e))?;
+        let e = e.map_err(|e| io_error(dir, e))?;
         if e.file_type().is_ok_and(|t| t.is_file()) {
             out.push(e.file_name().to_string_lossy().into_owned());
         }
@@ -292,13 +294,19 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 impl InfiniBandCollector {
     fn read_device(&mut self, name: &str) -> Result<(), CollectError> {
         let dir = self.class.path().join(name);
+        let mark = self.families.len();
+        let read = self.read_device_in(&dir, name);
+        settle(&mut self.families, mark, &dir, read)
+    }
+
+    fn read_device_in(&mut self, dir: &Path, name: &str) -> Result<(), DeviceError> {
         let firmware = required(&dir.join("fw_ver"))?;
         let board = optional(&dir.join("board_id"))?;
         let hca = optional(&dir.join("hca_type"))?;
         let ports_dir = dir.join("ports");
         let mut ports: Vec<String> = std::fs::read_dir(&ports_dir)
             .and_then(|it| it.map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned())).collect())
-            .map_err(|e| CollectError::io(&ports_dir, e))?;
+            .map_err(|e| io_error(&ports_dir, e))?;
         ports.sort();
         for port in &ports {
             self.read_port(name, &ports_dir.join(port), port)?;
@@ -313,7 +321,7 @@ impl InfiniBandCollector {
         Ok(())
     }
 
-    fn read_port(&mut self, device: &str, dir: &Path, port: &str) -> Result<(), CollectError> {
+    fn read_port(&mut self, device: &str, dir: &Path, port: &str) -> Result<(), DeviceError> {
         let number = port
             .parse::<u32>()
             .map_err(|_| CollectError::other(dir, "port directory is not a number"))?
@@ -345,13 +353,13 @@ impl InfiniBandCollector {
         dir: &Path,
         table: &[Counter],
         labels: &[(&'static str, &str)],
-    ) -> Result<(), CollectError> {
+    ) -> Result<(), DeviceError> {
         for file in regular_files(dir)? {
             let path = dir.join(&file);
             let text = match read_trimmed(&path) {
                 Ok(t) => t,
                 Err(e) if unavailable(&e) => continue,
-                Err(e) => return Err(CollectError::io(&path, e)),
+                Err(e) => return Err(io_error(&path, e)),
             };
             let Some(counter) = table.iter().find(|c| c.file == file) else {
                 continue;

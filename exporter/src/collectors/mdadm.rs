@@ -19,8 +19,8 @@
 //!
 //! Of the sysfs attributes node_exporter reads for each md device only
 //! `level`, `raid_disks` and `degraded` feed a metric, and only they are
-//! read; a device whose `level` is missing is left out (node_exporter
-//! fails the collector). node_exporter also fails it when /proc/mdstat is
+//! read; a device whose `level` is missing, or that is stopped while it is
+//! read (ENODEV), is left out (node_exporter fails the collector). node_exporter also fails it when /proc/mdstat is
 //! absent; usescope exports nothing and succeeds.
 
 use std::path::PathBuf;
@@ -369,40 +369,51 @@ impl MdSys {
         }
     }
 
-    /// Reads what node_exporter reads for this level.
+    /// Reads what node_exporter reads for this level. An array stopped
+    /// while it is read (ENODEV from one of its files) is left out, as
+    /// one without `level` is.
     fn read(&mut self) -> Result<(), CollectError> {
-        let level = &mut self.level;
-        self.present = self
-            .level_file
-            .parse_with(|t| parse_level_into(t, level))?
-            .is_some();
         self.raid_disks = None;
         self.degraded = None;
+        let level = &mut self.level;
+        self.present = match self.level_file.parse_with(|t| parse_level_into(t, level)) {
+            Ok(read) => read.is_some(),
+            Err(_) if self.level_file.device_gone() => false,
+            Err(e) => return Err(e),
+        };
         if !self.present {
             return Ok(());
         }
         if !matches!(self.level.as_str(), "container" | "imsm" | "ddf" | "") {
             let out = &mut self.raid_disks;
-            self.raid_disks_file
-                .parse_with(|t| parse_raid_disks_into(t, out))?;
+            match self.raid_disks_file.parse_with(|t| parse_raid_disks_into(t, out)) {
+                Ok(_) => {}
+                Err(_) if self.raid_disks_file.device_gone() => return Ok(self.gone()),
+                Err(e) => return Err(e),
+            }
         }
         if matches!(
             self.level.as_str(),
             "raid1" | "raid4" | "raid5" | "raid6" | "raid10"
         ) {
             let mut v = 0;
-            if self
-                .degraded_file
-                .parse_with(|t| u64_sysctl_into(t, &mut v))?
-                .is_some()
-            {
-                self.degraded = Some(v);
+            match self.degraded_file.parse_with(|t| u64_sysctl_into(t, &mut v)) {
+                Ok(read) => self.degraded = read.map(|()| v),
+                Err(_) if self.degraded_file.device_gone() => return Ok(self.gone()),
+                Err(e) => return Err(e),
             }
         } else {
             // node_exporter reports 0 for levels without the attribute.
             self.degraded = Some(0);
         }
         Ok(())
+    }
+
+    /// Leaves this device out of the scrape.
+    fn gone(&mut self) {
+        self.present = false;
+        self.raid_disks = None;
+        self.degraded = None;
     }
 }
 

@@ -13,8 +13,14 @@
 //! is an interface, as in procfs. An attribute the device does not report
 //! now reads as EINVAL or EOPNOTSUPP (a virtual device's `speed`, a down
 //! link's `carrier`): its series is left out, which is what node_exporter
-//! does, and is not a failure. Anything else that cannot be read, or that
-//! does not parse, fails the collector naming the file.
+//! does, and is not a failure. An interface deleted while it is read
+//! answers ENODEV (sysfs removed the file under an open descriptor, or,
+//! since Linux 6.13, `carrier`, `speed`, `duplex`, ... of an interface
+//! being unregistered): that interface is left out of the scrape, where
+//! node_exporter fails the collector, which on a host that starts and
+//! stops containers cost every interface's series. Anything else that
+//! cannot be read, or that does not parse, fails the collector naming the
+//! file.
 //!
 //! Cost: 22 small files per interface. Their descriptors are kept and
 //! re-read with pread (0.55 µs each against 7 µs for an open, measured on
@@ -306,15 +312,20 @@ impl Iface {
     }
 
     /// Reads the attributes, those that change only with a link
-    /// notification only if `all`.
-    fn read(&mut self, all: bool) -> Result<(), CollectError> {
+    /// notification only if `all`. `Ok(false)`: the interface went away
+    /// while it was read (see the module doc).
+    fn read(&mut self, all: bool) -> Result<bool, CollectError> {
         let numeric = self.numeric_files.iter_mut().zip(&mut self.numeric);
         for (k, (file, value)) in numeric.enumerate() {
             if !all && !read_every_scrape_numeric(k) {
                 continue;
             }
             let mut v = 0;
-            *value = file.parse_with(|t| parse_int_into(t, &mut v))?.map(|()| v);
+            match file.parse_with(|t| parse_int_into(t, &mut v)) {
+                Ok(read) => *value = read.map(|()| v),
+                Err(_) if file.device_gone() => return Ok(false),
+                Err(e) => return Err(e),
+            }
         }
         for (k, (file, value)) in self.text_files.iter_mut().zip(&mut self.text).enumerate() {
             if !all && !read_every_scrape_text(k) {
@@ -325,11 +336,14 @@ impl Iface {
                 DUPLEX | OPERSTATE => parse_word_into,
                 _ => parse_alias_into,
             };
-            if file.parse_with(|t| parse(t, value))?.is_none() {
-                value.clear();
+            match file.parse_with(|t| parse(t, value)) {
+                Ok(Some(())) => {}
+                Ok(None) => value.clear(),
+                Err(_) if file.device_gone() => return Ok(false),
+                Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// node_exporter's `adminstate`: from bit 0 (IFF_UP) of `flags`.
@@ -418,7 +432,11 @@ impl NetClassCollector {
             let iface = &mut self.ifaces[i];
             iface.seen = self.scrape;
             let all = !iface.notified_current;
-            iface.read(all)?;
+            if !iface.read(all)? {
+                tracing::debug!(device = %e.name, "interface went away during the scrape; left out");
+                self.ifaces.remove(i);
+                continue;
+            }
             if all && let Some(links) = &self.links {
                 // Trusted only if the socket's namespace has this interface
                 // under the same index.

@@ -14,7 +14,8 @@
 //! 1.12 takes it from netlink. usescope reads the same kernel counter from
 //! /sys/class/net/IFACE/statistics/rx_nohandler, for the interfaces of
 //! /proc/net/dev that sysfs lists (kept descriptors, see
-//! [`SourceFile::attribute`]).
+//! [`SourceFile::attribute`]). An interface deleted in between (ENODEV)
+//! has no such series in that scrape; the collector does not fail.
 //!
 //! `--collector.netdev.device-include` or `--collector.netdev.device-exclude`
 //! (node_exporter's flags, one at a time) keep a Kubernetes node's hundreds
@@ -359,7 +360,13 @@ impl NoHandler {
             let f = &mut self.files[i];
             f.seen = self.scrape;
             let mut v = 0;
-            f.value = f.file.parse_with(|t| u64_sysctl_into(t, &mut v))?.map(|()| v);
+            f.value = match f.file.parse_with(|t| u64_sysctl_into(t, &mut v)) {
+                Ok(read) => read.map(|()| v),
+                // Deleted since /proc/net/dev listed it (ENODEV): its
+                // counters from there stand, this one is left out.
+                Err(_) if f.file.device_gone() => None,
+                Err(e) => return Err(e),
+            };
         }
         let scrape = self.scrape;
         self.files.retain(|f| f.seen == scrape);

@@ -7,7 +7,9 @@
 //! `size` (blocks), `queue/logical_block_size` and optionally `ana_state`.
 //! As in node_exporter, a controller attribute or a namespace count that
 //! cannot be read fails the collector; a count that is not a number counts
-//! as 0; sizes are blocks × logical block size.
+//! as 0; sizes are blocks × logical block size. A controller or namespace
+//! that went away since it was listed (hot-removed, detached) is left out
+//! instead.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -15,7 +17,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -71,12 +73,12 @@ fn namespace_pattern() -> &'static Regex {
     RE.get_or_init(|| Regex::new(r"nvme\d+n(\d+)").expect("valid"))
 }
 
-fn attr(path: &Path) -> Result<String, CollectError> {
-    read_trimmed(path).map_err(|e| CollectError::io(path, e))
+fn attr(path: &Path) -> Result<String, DeviceError> {
+    read_trimmed(path).map_err(|e| io_error(path, e))
 }
 
 /// A count as procfs reads it: unreadable fails, unparsable is 0.
-fn blocks(path: &Path) -> Result<u64, CollectError> {
+fn blocks(path: &Path) -> Result<u64, DeviceError> {
     let text = attr(path)?;
     Ok(parse_fresh(&text, parse_into).unwrap_or(0))
 }
@@ -95,64 +97,84 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl NvmeCollector {
     fn read(&mut self, devices: Vec<String>) -> Result<(), CollectError> {
-        let f = &mut self.families;
-        let mut push = |(name, help): (&str, &str), labels: &[(&'static str, &str)], v: f64| {
-            f.push(name, help, MetricType::Gauge, labels, v);
-        };
         for dev in devices {
             let dir = self.class.path().join(&dev);
-            let firmware = attr(&dir.join("firmware_rev"))?;
-            let model = attr(&dir.join("model"))?;
-            let serial = attr(&dir.join("serial"))?;
-            let state = attr(&dir.join("state"))?;
-            let cntlid = attr(&dir.join("cntlid"))?;
-            push(
-                INFO,
-                &[
-                    ("device", &dev),
-                    ("firmware_revision", &firmware),
-                    ("model", &model),
-                    ("serial", &serial),
-                    ("state", &state),
-                    ("cntlid", &cntlid),
-                ],
-                1.0,
-            );
-            let entries = Dir::at(dir.clone()).sorted_names()?;
-            for entry in entries {
-                let Some(nsid) = namespace_pattern()
-                    .captures(&entry)
-                    .and_then(|c| c.get(1))
-                    .map(|m| m.as_str().to_string())
-                else {
-                    continue;
-                };
-                let ns = dir.join(&entry);
-                let used = blocks(&ns.join("nuse"))?;
-                let size = blocks(&ns.join("size"))?;
-                let block = blocks(&ns.join("queue/logical_block_size"))?;
-                let ana = read_trimmed(&ns.join("ana_state")).unwrap_or_else(|_| "unknown".into());
-                let labels = [("device", dev.as_str()), ("nsid", nsid.as_str())];
-                push(
-                    NS_INFO,
-                    &[("device", &dev), ("nsid", &nsid), ("ana_state", &ana)],
-                    1.0,
-                );
-                let bytes = |n: u64| n.wrapping_mul(block) as f64;
-                push(NS_CAPACITY, &labels, bytes(size));
-                push(NS_SIZE, &labels, bytes(size));
-                push(NS_USED, &labels, bytes(used));
-                push(NS_BLOCK, &labels, block as f64);
-            }
+            let mark = self.families.len();
+            let read = read_controller(&mut self.families, &dir, &dev);
+            settle(&mut self.families, mark, &dir, read)?;
         }
         Ok(())
     }
 }
 
+/// One controller and its namespaces.
+fn read_controller(f: &mut Families, dir: &Path, dev: &str) -> Result<(), DeviceError> {
+    let mut push = |(name, help): (&str, &str), labels: &[(&'static str, &str)], v: f64| {
+        f.push(name, help, MetricType::Gauge, labels, v);
+    };
+    let firmware = attr(&dir.join("firmware_rev"))?;
+    let model = attr(&dir.join("model"))?;
+    let serial = attr(&dir.join("serial"))?;
+    let state = attr(&dir.join("state"))?;
+    let cntlid = attr(&dir.join("cntlid"))?;
+    push(
+        INFO,
+        &[
+            ("device", dev),
+            ("firmware_revision", &firmware),
+            ("model", &model),
+            ("serial", &serial),
+            ("state", &state),
+            ("cntlid", &cntlid),
+        ],
+        1.0,
+    );
+    let entries = Dir::at(dir.to_path_buf()).sorted_names()?;
+    for entry in entries {
+        let Some(nsid) = namespace_pattern()
+            .captures(&entry)
+            .and_then(|c| c.get(1))
+            .map(|m| m.as_str().to_string())
+        else {
+            continue;
+        };
+        let ns = dir.join(&entry);
+        let counts = (|| {
+            let used = blocks(&ns.join("nuse"))?;
+            let size = blocks(&ns.join("size"))?;
+            Ok::<_, DeviceError>((used, size, blocks(&ns.join("queue/logical_block_size"))?))
+        })();
+        let (used, size, block) = match counts {
+            Ok(c) => c,
+            // A namespace detached since the controller was listed.
+            Err(e) => {
+                e.settle(&ns)?;
+                continue;
+            }
+        };
+        let ana = read_trimmed(&ns.join("ana_state")).unwrap_or_else(|_| "unknown".into());
+        let labels = [("device", dev), ("nsid", nsid.as_str())];
+        push(
+            NS_INFO,
+            &[("device", dev), ("nsid", &nsid), ("ana_state", &ana)],
+            1.0,
+        );
+        let bytes = |n: u64| n.wrapping_mul(block) as f64;
+        push(NS_CAPACITY, &labels, bytes(size));
+        push(NS_SIZE, &labels, bytes(size));
+        push(NS_USED, &labels, bytes(used));
+        push(NS_BLOCK, &labels, block as f64);
+    }
+    Ok(())
+}
+
 impl Collector for NvmeCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = self.class.sorted_names().and_then(|devices| self.read(devices));
+        let read = self
+            .class
+            .sorted_names()
+            .and_then(|devices| self.read(devices));
         self.families.write_or_discard(enc, read)
     }
 }

@@ -9,7 +9,9 @@
 //! Documentation/ABI/testing/sysfs-class-power). As procfs does, every
 //! regular file in it is read (one read of at most 128 bytes, trimmed); a
 //! file that is absent or answers ENODEV, EOPNOTSUPP or EINVAL is left
-//! out, any other read error fails the collector. The files procfs knows
+//! out, any other read error fails the collector. A supply whose directory
+//! is gone when it is read (unplugged since class/power_supply was listed)
+//! is left out, where node_exporter fails the collector. The files procfs knows
 //! as integers are parsed as Go's `ParseInt(s, 0, 64)` reads them
 //! (decimal, `0x`, `0o`, `0b`, a leading `0` for octal, `_` between
 //! digits); one that does not parse fails the collector, naming the file.
@@ -34,7 +36,7 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_raw};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -308,12 +310,12 @@ struct Supply {
     texts: Vec<(&'static str, String)>,
 }
 
-fn read_supply(dir: &Path, out: &mut Supply) -> Result<(), CollectError> {
+fn read_supply(dir: &Path, out: &mut Supply) -> Result<(), DeviceError> {
     out.numbers.clear();
     out.texts.clear();
-    let entries = std::fs::read_dir(dir).map_err(|e| CollectError::io(dir, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| CollectError::io(dir, e))?;
+        let entry = entry.map_err(|e| io_error(dir, e))?;
         if !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
@@ -332,7 +334,7 @@ fn read_supply(dir: &Path, out: &mut Supply) -> Result<(), CollectError> {
             {
                 continue;
             }
-            Err(e) => return Err(CollectError::io(&path, e)),
+            Err(e) => return Err(io_error(&path, e)),
         };
         if let Some(&(_, metric, scale)) = NUMERIC.iter().find(|(f, _, _)| *f == name) {
             let mut v = 0;
@@ -360,7 +362,12 @@ impl Collector for PowerSupplyCollector {
         let mut help = String::new();
         for entry in self.listing.entries() {
             let name = &entry.name;
-            read_supply(&self.class.join(name), &mut supply)?;
+            let dir = self.class.join(name);
+            if let Err(e) = read_supply(&dir, &mut supply) {
+                // Unplugged since class/power_supply was listed: left out.
+                e.settle(&dir)?;
+                continue;
+            }
             if self.ignored.as_ref().is_some_and(|r| r.is_match(name)) {
                 continue;
             }

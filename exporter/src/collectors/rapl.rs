@@ -18,7 +18,9 @@
 //! `energy_uj` is readable by root only on current kernels (a side channel,
 //! CVE-2020-8694). When it cannot be read for lack of permission the
 //! collector writes nothing, as node_exporter does. `max_energy_range_uj`
-//! must be an unsigned integer (procfs fails without it). Without powercap
+//! must be an unsigned integer (procfs fails without it), unless its zone
+//! went away since the listing (ENODEV, or its directory gone): that zone
+//! is left out. Without powercap
 //! a scrape looks the class up only after a uevent or a mount (absence.rs).
 
 use std::io;
@@ -26,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, sanitize_metric_name};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, sanitize_metric_name};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -88,10 +90,10 @@ fn read_uint(path: &Path) -> Result<u64, io::Error> {
     Ok(v)
 }
 
-fn error(path: &Path, e: io::Error) -> CollectError {
+fn error(path: &Path, e: io::Error) -> DeviceError {
     match e.get_ref().and_then(|inner| inner.downcast_ref::<ParseError>()) {
-        Some(pe) => CollectError::from_parse(path, pe.clone()),
-        None => CollectError::io(path, e),
+        Some(pe) => CollectError::from_parse(path, pe.clone()).into(),
+        None => io_error(path, e),
     }
 }
 
@@ -136,13 +138,21 @@ impl RaplCollector {
                 continue; // not a zone (the control type `intel-rapl`)
             };
             let (index, name) = index_and_name(&mut seen, raw.trim());
+            // A zone that went away since the listing (its driver
+            // unloaded) is left out.
             let range = zone.join("max_energy_range_uj");
-            read_uint(&range).map_err(|e| error(&range, e))?;
+            if let Err(e) = read_uint(&range) {
+                error(&range, e).settle(&zone)?;
+                continue;
+            }
             let energy = zone.join("energy_uj");
             let microjoules = match read_uint(&energy) {
                 Ok(v) => v,
                 Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Ok(false),
-                Err(e) => return Err(error(&energy, e)),
+                Err(e) => {
+                    error(&energy, e).settle(&zone)?;
+                    continue;
+                }
             };
             let index = index.to_string();
             let path = zone.to_string_lossy();

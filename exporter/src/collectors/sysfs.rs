@@ -4,6 +4,10 @@
 //! collecting samples of families whose names and labels are only known at
 //! scrape time, to write them grouped and in node_exporter's order.
 //!
+//! It also holds the rule for a device that goes away while a scrape
+//! reads it ([`DeviceError`], [`settle`]): that device is left out of the
+//! scrape, and the collector reports the others.
+//!
 //! Not a collector: it is declared outside the `registry!` list.
 
 use std::fs::OpenOptions;
@@ -11,8 +15,106 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::error::CollectError;
+use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
+use crate::source::{SourceFile, Vanished, vanished};
+
+/// Why one device of a class (an interface, a chip, a controller, a
+/// cache set) could not be read.
+#[derive(Debug)]
+pub enum DeviceError {
+    /// A read under the device failed in a way that means it may have
+    /// gone (ENOENT, ENOTDIR, ENODEV, ENXIO): [`DeviceError::settle`]
+    /// decides with the device's directory.
+    Vanishing(CollectError, Vanished),
+    /// Anything else (a value that does not parse, EIO, ...): fails the
+    /// collector.
+    Failed(CollectError),
+}
+
+impl From<CollectError> for DeviceError {
+    fn from(e: CollectError) -> DeviceError {
+        DeviceError::Failed(e)
+    }
+}
+
+/// The error itself, where no device is in question (the class directory).
+impl From<DeviceError> for CollectError {
+    fn from(e: DeviceError) -> CollectError {
+        match e {
+            DeviceError::Vanishing(e, _) | DeviceError::Failed(e) => e,
+        }
+    }
+}
+
+/// An I/O error from reading `path`, which belongs to a device.
+pub fn io_error(path: &Path, e: io::Error) -> DeviceError {
+    let v = vanished(&e);
+    let e = CollectError::io(path, e);
+    match v {
+        Some(v) => DeviceError::Vanishing(e, v),
+        None => DeviceError::Failed(e),
+    }
+}
+
+/// A device's attribute read through a [`SourceFile`], for the readers
+/// whose functions return [`DeviceError`].
+pub trait DeviceFile {
+    /// [`SourceFile::parse_with`], an error because the device went away
+    /// ([`SourceFile::device_gone`]) being [`DeviceError::Vanishing`].
+    fn device_parse<T>(
+        &mut self,
+        parse: impl FnOnce(&str) -> Result<T, ParseError>,
+    ) -> Result<Option<T>, DeviceError>;
+}
+
+impl DeviceFile for SourceFile {
+    fn device_parse<T>(
+        &mut self,
+        parse: impl FnOnce(&str) -> Result<T, ParseError>,
+    ) -> Result<Option<T>, DeviceError> {
+        self.parse_with(parse)
+            .map_err(|e| match self.device_gone() {
+                true => DeviceError::Vanishing(e, Vanished::NoDevice),
+                false => DeviceError::Failed(e),
+            })
+    }
+}
+
+impl DeviceError {
+    /// `Ok` if the device whose directory is `dir` went away while it was
+    /// read (an ENODEV or ENXIO from one of its files, or an ENOENT and
+    /// its directory is gone now): it is left out of this scrape. Logged
+    /// at debug level only, since interfaces and mounts come and go by the
+    /// thousand on a container host. Any other error is returned: the
+    /// collector fails, as before.
+    pub fn settle(self, dir: &Path) -> Result<(), CollectError> {
+        match self {
+            DeviceError::Vanishing(e, v) if v.device_gone(dir) => {
+                tracing::debug!(device = %dir.display(), error = %e, "device went away during the scrape; left out");
+                Ok(())
+            }
+            DeviceError::Vanishing(e, _) | DeviceError::Failed(e) => Err(e),
+        }
+    }
+}
+
+/// The end of reading the device at `dir`, whose samples start at `mark`
+/// in `families` ([`Families::len`] before it was read): a device that
+/// went away is left out with every sample it pushed ([`DeviceError::settle`]).
+pub fn settle(
+    families: &mut Families,
+    mark: usize,
+    dir: &Path,
+    read: Result<(), DeviceError>,
+) -> Result<(), CollectError> {
+    let Err(e) = read else {
+        return Ok(());
+    };
+    e.settle(dir)?;
+    families.truncate(mark);
+    Ok(())
+}
 
 /// procfs' `SysReadFile`: one read(2) of at most 128 bytes. Some hwmon
 /// drivers answer EAGAIN for ever, so a sysfs attribute is read once and
@@ -143,6 +245,16 @@ impl Families {
 
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// The samples pushed so far: a mark to [`Families::truncate`] to.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Forgets the samples pushed after `mark` (a device that went away).
+    pub fn truncate(&mut self, mark: usize) {
+        self.rows.truncate(mark);
     }
 
     /// Ends a scrape: writes the samples a collector's read gathered, or,

@@ -8,22 +8,25 @@
 //! flight, and the time spent in each in nanoseconds, exported in seconds.
 //! A counter file that is absent counts 0, as in procfs; one that does not
 //! parse fails the collector naming the file (node_exporter panics on it).
+//! A drive that went away while it was read (ENODEV, or its directory
+//! gone) is left out.
 //!
 //! `--collector.tapestats.ignored-devices` (default `^$`) leaves drives
 //! out by name. Without tape drives a scrape looks the class up
 //! only after a uevent or a mount (absence.rs).
 
 use std::io;
+use std::path::Path;
 
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
 use crate::parse::{go_u64_field, parse_fresh, single_field};
-use crate::source::Dir;
+use crate::source::{Dir, Vanished};
 
 pub const IGNORED: &str = "collector.tapestats.ignored-devices";
 
@@ -99,9 +102,18 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 
 impl TapestatsCollector {
     fn read_drive(&mut self, name: &str) -> Result<(), CollectError> {
-        let stats = self.class.path().join(name).join("stats");
+        let dir = self.class.path().join(name);
+        let mark = self.families.len();
+        let read = self.read_drive_in(&dir, name);
+        settle(&mut self.families, mark, &dir, read)
+    }
+
+    fn read_drive_in(&mut self, dir: &Path, name: &str) -> Result<(), DeviceError> {
+        let stats = dir.join("stats");
         if !stats.is_dir() {
-            return Err(CollectError::other(&stats, "no stats directory"));
+            // Gone with the drive, or never there (an error).
+            let e = CollectError::other(&stats, "no stats directory");
+            return Err(DeviceError::Vanishing(e, Vanished::NotFound));
         }
         for (file, family, help, kind) in STATS {
             let path = stats.join(file);
@@ -112,7 +124,7 @@ impl TapestatsCollector {
                     v
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-                Err(e) => return Err(CollectError::io(&path, e)),
+                Err(e) => return Err(io_error(&path, e)),
             };
             let (kind, value) = match kind {
                 Kind::Gauge => (MetricType::Gauge, v as f64),

@@ -9,7 +9,8 @@
 //! `identity`, `state`, `status` and `pretimeout_governor`, the labels of
 //! `node_watchdog_info`. A missing attribute is left out (a missing string
 //! is an empty label). An integer that does not parse fails the collector
-//! naming the file, as it fails node_exporter's.
+//! naming the file, as it fails node_exporter's. A device that went away
+//! while it was read (ENODEV, or its directory gone) is left out.
 //!
 //! Reading the attributes never touches /dev/watchdog, so it cannot arm a
 //! watchdog. Without watchdog devices a scrape costs one directory read.
@@ -18,7 +19,7 @@ use std::io;
 use std::path::Path;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{Families, read_trimmed};
+use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -100,7 +101,7 @@ pub fn parse_into(text: &str, out: &mut i64) -> Result<(), ParseError> {
 
 /// An attribute's trimmed text; `None` when the device does not have it
 /// (absent) or does not report it now (EINVAL, EOPNOTSUPP, EACCES).
-fn attribute(path: &Path) -> Result<Option<String>, CollectError> {
+fn attribute(path: &Path) -> Result<Option<String>, DeviceError> {
     match read_trimmed(path) {
         Ok(t) => Ok(Some(t)),
         Err(e)
@@ -111,7 +112,7 @@ fn attribute(path: &Path) -> Result<Option<String>, CollectError> {
         {
             Ok(None)
         }
-        Err(e) => Err(CollectError::io(path, e)),
+        Err(e) => Err(io_error(path, e)),
     }
 }
 
@@ -130,6 +131,12 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 impl WatchdogCollector {
     fn read_device(&mut self, name: &str) -> Result<(), CollectError> {
         let dir = self.class.path().join(name);
+        let mark = self.families.len();
+        let read = self.read_device_in(&dir, name);
+        settle(&mut self.families, mark, &dir, read)
+    }
+
+    fn read_device_in(&mut self, dir: &Path, name: &str) -> Result<(), DeviceError> {
         for (file, family, help) in INTEGERS {
             let path = dir.join(file);
             if let Some(text) = attribute(&path)? {

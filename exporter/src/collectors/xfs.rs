@@ -263,8 +263,13 @@ impl Collector for XfsCollector {
             let d = &mut self.devices[i];
             let stats = &mut d.stats;
             // A directory without stats/stats (unmounted during the scrape,
-            // or not a filesystem) is left out, as node_exporter's glob does.
-            d.present = d.file.parse_with(|t| parse_into(t, stats))?.is_some();
+            // or not a filesystem) is left out, as node_exporter's glob does;
+            // so is one unmounted while its file was open (ENODEV).
+            d.present = match d.file.parse_with(|t| parse_into(t, stats)) {
+                Ok(read) => read.is_some(),
+                Err(_) if d.file.device_gone() => false,
+                Err(e) => return Err(e),
+            };
         }
         self.devices.retain(|d| d.present);
         if self.devices.is_empty() {
