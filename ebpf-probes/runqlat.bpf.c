@@ -4,7 +4,8 @@
  * switched out while still runnable) to it running on a CPU.
  *
  * Where the runnable-since time is kept is chosen at build time; build.rs
- * compiles this file twice:
+ * compiles this file twice (the second object is the build variant declared
+ * by the usescope-build-variant line below):
  * - runqlat.bpf.o: task-local storage (BPF_MAP_TYPE_TASK_STORAGE), one
  *   slot hanging off each task_struct. No hashing, no eviction, and the
  *   kernel frees the slot with the task, so PID churn costs nothing. Needs
@@ -19,6 +20,7 @@
  *   each copy, so the other branch is compiled out).
  * User space loads one object and one set of programs.
  */
+// usescope-build-variant: runqlat_lru -DRUNQLAT_START_LRU
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>

@@ -62,7 +62,7 @@ const MINOR_BITS: u32 = 20;
 
 /// In the probe loader process: load and attach.
 pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
-    loader::load_and_attach(loader::BIOLATENCY_OBJ, &kernel.btf, MODES, |_| {})
+    loader::load_and_attach("biolatency", &kernel.btf, MODES, |_| {})
 }
 
 /// In the daemon: the collector over the handed-over histogram map.

@@ -91,7 +91,7 @@ const VALUE_SIZE: usize = size_of::<CachestatCounts>();
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let shift = page_shift();
     let only_tgid = settings.cachestat_pid;
-    loader::load_and_attach(loader::CACHESTAT_OBJ, &kernel.btf, MODES, |l| {
+    loader::load_and_attach("cachestat", &kernel.btf, MODES, |l| {
         l.override_global("page_shift", &shift, true);
         l.override_global("only_tgid", &only_tgid, true);
         // aya 0.14 has no wrapper type for the per-thread task storage

@@ -168,7 +168,7 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     // The bitmap and the counters of the protocol rows kept; without the
     // label that is a quarter of the kernel memory.
     let keys = (DROPS_USED_WORDS + DROPS_SLOTS * protocols(settings)) as u32;
-    let loaded = loader::load_and_attach(loader::DROPS_OBJ, &kernel.btf, MODES, |l| {
+    let loaded = loader::load_and_attach("drops", &kernel.btf, MODES, |l| {
         l.override_global("protocol_label", &protocol_label, true);
         l.map_max_entries(MAP, keys);
     })?;

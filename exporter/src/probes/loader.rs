@@ -17,22 +17,25 @@ use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::{Loaded, sys};
 
-/// runqlat with task-local storage, and with the LRU hash (see runqlat.bpf.c).
-pub static RUNQLAT_DELAY_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat_delay.bpf.o"));
-pub static RUNQLAT_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat.bpf.o"));
-pub static RUNQLAT_LRU_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/runqlat_lru.bpf.o"));
-pub static SOFTIRQ_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/softirq.bpf.o"));
-pub static RECLAIM_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/reclaim.bpf.o"));
-pub static BIOLATENCY_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/biolatency.bpf.o"));
-pub static CACHESTAT_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cachestat.bpf.o"));
-pub static DROPS_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
+// `OBJECTS`: every eBPF object build.rs compiled (each
+// `ebpf-probes/NAME.bpf.c`, and the build variants a source declares), by
+// name, embedded in the binary.
+include!(concat!(env!("OUT_DIR"), "/objects.rs"));
+
+/// The embedded object `name`: a `.bpf.c` file's stem, or a build variant
+/// it declares. Missing is an error naming it, not a panic: a probe whose
+/// object was not built is down, the others load.
+pub fn object(name: &str) -> Result<&'static [u8], ProbeError> {
+    OBJECTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, bytes)| bytes)
+        .ok_or_else(|| {
+            ProbeError(format!(
+                "no eBPF object {name} in this binary (build.rs builds one per ebpf-probes/NAME.bpf.c and per usescope-build-variant line)"
+            ))
+        })
+}
 
 /// How a set of programs hooks the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,17 +89,17 @@ pub fn describe(what: &str, e: &(dyn std::error::Error + 'static)) -> ProbeError
     ProbeError(msg)
 }
 
-/// Loads `obj` and attaches the first of its `modes` the kernel accepts:
-/// what every probe's `load` does around its own configuration.
-/// `configure` sets globals and map sizes before anything reaches the
-/// kernel.
+/// Loads the embedded object named `object` (see [`object`]) and attaches
+/// the first of its `modes` the kernel accepts: what every probe's `load`
+/// does around its own configuration. `configure` sets globals and map
+/// sizes before anything reaches the kernel.
 pub fn load_and_attach<'a>(
-    obj: &[u8],
+    object: &str,
     btf: &'a Btf,
     modes: &'static [Mode],
     configure: impl FnOnce(&mut EbpfLoader<'a>),
 ) -> Result<Loaded, ProbeError> {
-    let mut ebpf = load(obj, btf, configure)?;
+    let mut ebpf = load(self::object(object)?, btf, configure)?;
     let (mode, links) = attach_first(&mut ebpf, btf, modes)?;
     Ok(Loaded {
         mode,
@@ -193,5 +196,33 @@ fn unload_mode(ebpf: &mut Ebpf, mode: &Mode) {
             Kind::BtfTracePoint => <&mut BtfTracePoint>::try_from(p).map(|p| p.unload().is_ok()),
             Kind::RawTracePoint => <&mut RawTracePoint>::try_from(p).map(|p| p.unload().is_ok()),
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every source in ebpf-probes/ and the runqlat variant are embedded,
+    /// as ELF objects; an unknown name is an error that names it.
+    #[test]
+    fn objects_are_found_by_name() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf-probes");
+        let mut sources: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().ok()?;
+                Some(name.strip_suffix(".bpf.c")?.to_string())
+            })
+            .collect();
+        sources.push("runqlat_lru".into());
+        for name in &sources {
+            let bytes = object(name).unwrap();
+            assert!(bytes.starts_with(b"\x7fELF"), "{name}");
+            assert_eq!(bytes.as_ptr() as usize % 8, 0, "{name} is 8-byte aligned");
+        }
+        assert_eq!(OBJECTS.len(), sources.len(), "no object without a source");
+        let e = object("nope").unwrap_err();
+        assert!(e.0.contains("no eBPF object nope"), "{e}");
     }
 }

@@ -74,7 +74,7 @@ const VALUE_SIZE: usize = size_of::<ReclaimHists>();
 /// In the probe loader process: load and attach. Each end program is
 /// attached before its begin, so no begin is recorded without its end.
 pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
-    loader::load_and_attach(loader::RECLAIM_OBJ, &kernel.btf, MODES, |_| {})
+    loader::load_and_attach("reclaim", &kernel.btf, MODES, |_| {})
 }
 
 /// In the daemon: the collector over the handed-over map.

@@ -43,9 +43,9 @@ const BTF_PROGRAMS: &[(&str, &str)] = &[
 ];
 
 /// The modes, best first. The first is in the run_delay object
-/// ([`loader::RUNQLAT_DELAY_OBJ`]), the second in the task-storage one
-/// ([`loader::RUNQLAT_OBJ`]), the others in the LRU one
-/// ([`loader::RUNQLAT_LRU_OBJ`]); see [`load`].
+/// (`runqlat_delay`), the second in the task-storage one (`runqlat`), the
+/// others in the LRU one (`runqlat_lru`, a build variant of
+/// runqlat.bpf.c); see [`load`].
 pub const MODES: &[Mode] = &[
     Mode {
         name: "tp_btf+sched_info",
@@ -87,7 +87,7 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     let max_tasks = settings.runqlat_max_tasks;
     let pid = settings.runqlat_pid;
     let lru = || {
-        loader::load_and_attach(loader::RUNQLAT_LRU_OBJ, &kernel.btf, LRU_MODES, |l| {
+        loader::load_and_attach("runqlat_lru", &kernel.btf, LRU_MODES, |l| {
             l.map_max_entries("us_rq_start", max_tasks);
             l.override_global("target_tgid", &pid, true);
         })
@@ -95,22 +95,17 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     // aya 0.14 creates a task-storage map like any other but has no
     // wrapper type for it; without this it would refuse the object.
     let task_storage = || {
-        loader::load_and_attach(loader::RUNQLAT_OBJ, &kernel.btf, TASK_STORAGE_MODES, |l| {
+        loader::load_and_attach("runqlat", &kernel.btf, TASK_STORAGE_MODES, |l| {
             l.allow_unsupported_maps();
             l.override_global("target_tgid", &pid, true);
         })
     };
     let sched_info = || {
         sched_info_kept()?;
-        loader::load_and_attach(
-            loader::RUNQLAT_DELAY_OBJ,
-            &kernel.btf,
-            SCHED_INFO_MODES,
-            |l| {
-                l.allow_unsupported_maps();
-                l.override_global("target_tgid", &pid, true);
-            },
-        )
+        loader::load_and_attach("runqlat_delay", &kernel.btf, SCHED_INFO_MODES, |l| {
+            l.allow_unsupported_maps();
+            l.override_global("target_tgid", &pid, true);
+        })
     };
     let first: &[&dyn Fn() -> Result<Loaded, ProbeError>] = match settings.runqlat_source {
         RunqlatSource::Auto => &[&sched_info, &task_storage, &lru],

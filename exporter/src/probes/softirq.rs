@@ -69,7 +69,7 @@ const VALUE_SIZE: usize = size_of::<SoftirqCounts>();
 
 /// In the probe loader process: load and attach.
 pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
-    loader::load_and_attach(loader::SOFTIRQ_OBJ, &kernel.btf, MODES, |_| {})
+    loader::load_and_attach("softirq", &kernel.btf, MODES, |_| {})
 }
 
 /// In the daemon: the collector over the handed-over map.
