@@ -26,6 +26,9 @@ pub struct Config {
     pub telemetry_path: String,
     /// 0 means unlimited.
     pub max_requests: usize,
+    /// `--web.max-requests-per-peer`: a quarter of `max_requests` unless
+    /// given; 0 means unlimited.
+    pub max_requests_per_peer: usize,
     /// `--web.max-connections` and `--web.max-connections-per-peer`.
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
@@ -79,6 +82,12 @@ pub fn command() -> Command {
                 .default_value("40")
                 .value_parser(value_parser!(usize))
                 .help("Maximum number of parallel scrape requests; beyond it a scrape gets 503. 0 disables the limit"),
+        )
+        .arg(
+            Arg::new("web.max-requests-per-peer")
+                .long("web.max-requests-per-peer")
+                .value_parser(value_parser!(usize))
+                .help("Most of those requests one IPv4 address or IPv6 /64 may hold at once (beyond it a scrape gets 429), so that a client that never reads its pages cannot take every slot. Default: a quarter of --web.max-requests, at least 1. 0 disables the limit"),
         )
         .arg(
             Arg::new("web.max-connections")
@@ -320,13 +329,18 @@ where
         .filter(|p| toggled(&m, "probe", p.name, p.default_enabled))
         .map(|p| p.name)
         .collect();
+    let max_requests = m
+        .get_one::<usize>("web.max-requests")
+        .copied()
+        .unwrap_or(40);
     Ok(Config {
         listen_address: s("web.listen-address"),
         telemetry_path: s("web.telemetry-path"),
-        max_requests: m
-            .get_one::<usize>("web.max-requests")
+        max_requests,
+        max_requests_per_peer: m
+            .get_one::<usize>("web.max-requests-per-peer")
             .copied()
-            .unwrap_or(40),
+            .unwrap_or((max_requests / 4).max(1) * usize::from(max_requests > 0)),
         max_connections: m
             .get_one::<u64>("web.max-connections")
             .map_or(1024, |&n| n as usize),
@@ -426,6 +440,7 @@ mod tests {
         assert_eq!(c.listen_address, ":9200");
         assert_eq!(c.telemetry_path, "/metrics");
         assert_eq!(c.max_requests, 40);
+        assert_eq!(c.max_requests_per_peer, 10);
         assert_eq!(c.scrape_timeout, std::time::Duration::from_secs(10));
         assert_eq!((c.max_connections, c.max_connections_per_peer), (1024, 64));
         assert!(c.collectors.contains(&"stat"));

@@ -115,17 +115,35 @@ impl Scraper {
         })
     }
 
-    /// One scrape into `buf`: every collector, then the self metrics.
-    /// Stops early, leaving `buf` incomplete, once `abandoned` is set: the
-    /// caller has answered without this scrape.
-    pub fn scrape_into(&self, format: Format, buf: &mut Vec<u8>, abandoned: &AtomicBool) {
+    /// The names of the collectors this scraper runs, in registry order.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.entries.iter().map(|e| lock(&e.status).name)
+    }
+
+    /// One scrape into `buf`: the selected collectors, then the self
+    /// metrics. Stops early, leaving `buf` incomplete, once `abandoned` is
+    /// set: the caller has answered without this scrape.
+    pub fn scrape_into(
+        &self,
+        format: Format,
+        buf: &mut Vec<u8>,
+        abandoned: &AtomicBool,
+        selection: &Selection,
+    ) {
         buf.clear();
         if let Some(watch) = lock(&self.appearing).as_mut() {
             watch.refresh();
         }
         let n = self.scrapes.fetch_add(1, Ordering::Relaxed) + 1;
         let mut enc = Encoder::for_scrape(buf, format, n);
-        for e in &self.entries {
+        let selected = || {
+            self.entries
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| selection.includes(*i))
+                .map(|(_, e)| e)
+        };
+        for e in selected() {
             if abandoned.load(Ordering::Relaxed) {
                 return;
             }
@@ -147,12 +165,12 @@ impl Scraper {
             record(&mut lock(&e.status), result, seconds);
         }
         enc.family(&DURATION);
-        for e in &self.entries {
+        for e in selected() {
             let s = lock(&e.status);
             enc.sample(&DURATION, &[("collector", s.name)], s.last_duration_seconds);
         }
         enc.family(&SUCCESS);
-        for e in &self.entries {
+        for e in selected() {
             let s = lock(&e.status);
             let ok = u64::from(s.last_success == Some(true));
             enc.sample(&SUCCESS, &[("collector", s.name)], ok);
@@ -165,7 +183,7 @@ impl Scraper {
     /// scrape at a time.
     pub fn scrape(&self, format: Format) -> Vec<u8> {
         let mut buf = Vec::with_capacity(64 * 1024);
-        self.scrape_into(format, &mut buf, &AtomicBool::new(false));
+        self.scrape_into(format, &mut buf, &AtomicBool::new(false), &Selection::All);
         buf
     }
 
@@ -220,6 +238,75 @@ impl Scraper {
 
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64 + 1
+    }
+}
+
+/// Which collectors one scrape runs: all of them, or those a request named
+/// with node_exporter's `collect[]` / `exclude[]` query parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    All,
+    /// One flag per collector, in the scraper's order.
+    Only(Vec<bool>),
+}
+
+impl Selection {
+    fn includes(&self, index: usize) -> bool {
+        match self {
+            Selection::All => true,
+            Selection::Only(flags) => flags.get(index).copied().unwrap_or(false),
+        }
+    }
+
+    /// node_exporter's rules, error texts included:
+    /// - neither list: every collector;
+    /// - both lists: refused;
+    /// - `collect[]`: only the named collectors; a name the daemon does not
+    ///   run is an error ("missing collector" if no such collector exists,
+    ///   "disabled collector" if it exists but is off, as `is_known` says);
+    /// - `exclude[]`: every running collector but the named ones (unknown
+    ///   names are ignored). Excluding every collector selects them all
+    ///   again: node_exporter treats an empty filter as none.
+    pub fn parse(
+        running: &[&str],
+        collect: &[String],
+        exclude: &[String],
+        is_known: impl Fn(&str) -> bool,
+    ) -> Result<Selection, String> {
+        if collect.is_empty() && exclude.is_empty() {
+            return Ok(Selection::All);
+        }
+        if !collect.is_empty() && !exclude.is_empty() {
+            return Err("Combined collect and exclude queries are not allowed.".to_string());
+        }
+        let flags: Vec<bool> = if collect.is_empty() {
+            running
+                .iter()
+                .map(|name| !exclude.iter().any(|x| x == name))
+                .collect()
+        } else {
+            for name in collect {
+                if !running.contains(&name.as_str()) {
+                    let why = if is_known(name) {
+                        "disabled"
+                    } else {
+                        "missing"
+                    };
+                    return Err(format!(
+                        "Couldn't create filtered metrics handler: couldn't create collector: {why} collector: {name}"
+                    ));
+                }
+            }
+            running
+                .iter()
+                .map(|name| collect.iter().any(|c| c == name))
+                .collect()
+        };
+        Ok(if flags.iter().any(|&f| f) {
+            Selection::Only(flags)
+        } else {
+            Selection::All
+        })
     }
 }
 
@@ -306,6 +393,69 @@ mod tests {
         let mut s = Scraper::new(SelfMetrics::new());
         s.add("slow", Box::new(Slow { delay }));
         Arc::new(s)
+    }
+
+    #[test]
+    fn selection_follows_node_exporter() {
+        let running = ["cpu", "meminfo", "textfile"];
+        let known = |n: &str| n == "zfs" || running.contains(&n);
+        let v = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let parse = |c: &[&str], x: &[&str]| Selection::parse(&running, &v(c), &v(x), known);
+        assert_eq!(parse(&[], &[]), Ok(Selection::All));
+        assert_eq!(
+            parse(&["meminfo", "meminfo"], &[]),
+            Ok(Selection::Only(vec![false, true, false]))
+        );
+        assert_eq!(
+            parse(&[], &["cpu", "nonesuch"]),
+            Ok(Selection::Only(vec![false, true, true]))
+        );
+        assert_eq!(
+            parse(&[], &["cpu", "meminfo", "textfile"]),
+            Ok(Selection::All)
+        );
+        assert_eq!(
+            parse(&["nonesuch"], &[]),
+            Err("Couldn't create filtered metrics handler: couldn't create collector: missing collector: nonesuch".into())
+        );
+        assert_eq!(
+            parse(&["zfs"], &[]),
+            Err("Couldn't create filtered metrics handler: couldn't create collector: disabled collector: zfs".into())
+        );
+        assert!(
+            parse(&["cpu"], &["meminfo"])
+                .unwrap_err()
+                .contains("Combined")
+        );
+    }
+
+    #[test]
+    fn a_selection_runs_and_reports_only_its_collectors() {
+        let mut s = Scraper::new(SelfMetrics::new());
+        s.add(
+            "slow",
+            Box::new(Slow {
+                delay: Duration::ZERO,
+            }),
+        );
+        s.add(
+            "other",
+            Box::new(Slow {
+                delay: Duration::ZERO,
+            }),
+        );
+        let mut buf = Vec::new();
+        let only_other = Selection::Only(vec![false, true]);
+        s.scrape_into(
+            Format::PrometheusText,
+            &mut buf,
+            &AtomicBool::new(false),
+            &only_other,
+        );
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains("collector=\"other\"} 1"), "{text}");
+        assert!(!text.contains("collector=\"slow\""), "{text}");
+        assert_eq!(s.statuses()[0].last_success, None, "slow must not have run");
     }
 
     fn success(out: &[u8]) -> bool {

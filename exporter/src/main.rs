@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 use usescope::cli::{self, Config, LogFormat};
 use usescope::collector::Scraper;
+use usescope::log_throttle::Throttle;
 use usescope::self_metrics::SelfMetrics;
 use usescope::server::{self, Limits, WebState};
 use usescope::web_config::WebConfig;
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(&config);
+    log_panics_briefly();
     if config.probe_loader {
         // The short-lived child the daemon starts to load the probes.
         return probes::loader_process::main(&config.probes);
@@ -99,6 +101,35 @@ fn tune_malloc() {
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
     }
+}
+
+/// A panic is a bug, but one a client may be able to trigger at will: the
+/// default hook prints several lines per panic with no limit, and with
+/// `RUST_BACKTRACE` set it loads the debug information (tens of MB, kept)
+/// to print a backtrace. This hook logs one line, at most once a second
+/// (counting the rest), and never symbolises a backtrace.
+fn log_panics_briefly() {
+    static PANICS: Throttle = Throttle::new();
+    std::panic::set_hook(Box::new(|info| {
+        if let Some(suppressed) = PANICS.admit() {
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(no message)");
+            let location = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            tracing::error!(
+                %location,
+                message = ?message.chars().take(200).collect::<String>(),
+                suppressed,
+                "panic (a bug in usescope; please report it)"
+            );
+        }
+    }));
 }
 
 fn init_logging(config: &Config) {
@@ -195,9 +226,12 @@ async fn run(config: Config, started: Started, held: HeldSignals) -> Result<(), 
 
     let state = http::AppState::new(
         started.scraper,
-        config.max_requests,
+        http::RequestLimits {
+            max_requests: config.max_requests,
+            max_requests_per_peer: config.max_requests_per_peer,
+            scrape_timeout: config.scrape_timeout,
+        },
         &config.telemetry_path,
-        config.scrape_timeout,
     );
     let limits = Limits {
         max_connections: config.max_connections,

@@ -25,14 +25,14 @@
 //!   [`WebState`] so SIGHUP can swap them without closing the listener.
 
 mod auth;
-mod peers;
+pub(crate) mod peers;
 mod write_deadline;
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -49,6 +49,7 @@ use tokio_rustls::rustls;
 use self::auth::{Auth, Verdict};
 use self::peers::{PeerCounts, PeerSlot};
 use self::write_deadline::WriteDeadline;
+use crate::log_throttle::Throttle;
 use crate::web_config::WebConfig;
 
 #[derive(Clone, Copy, Debug)]
@@ -105,6 +106,12 @@ tokio::task_local! {
     /// the auth guard can count logins per peer without attaching the
     /// address to every request.
     static PEER: SocketAddr;
+}
+
+/// The peer of the connection the current request arrived on; None outside
+/// a connection (tests of the router alone).
+pub fn current_peer() -> Option<SocketAddr> {
+    PEER.try_with(|p| *p).ok()
 }
 
 /// The live web configuration and the authentication state.
@@ -213,30 +220,6 @@ fn with_headers(mut resp: Response, cfg: &WebConfig) -> Response {
         resp.headers_mut().insert(k.clone(), v.clone());
     }
     resp
-}
-
-/// Lets one event through per second and counts the rest, so that a flood
-/// (of failed logins, refused connections, accept errors) cannot flood the
-/// log.
-#[derive(Default)]
-struct Throttle {
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl Throttle {
-    /// Some(how many were held back since the last one let through) when
-    /// this event may be logged.
-    fn admit(&self) -> Option<u64> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let (last, suppressed) = &mut *state;
-        let now = Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
-            *suppressed += 1;
-            return None;
-        }
-        *last = Some(now);
-        Some(std::mem::take(suppressed))
-    }
 }
 
 /// Descriptors kept free for everything but connections: collectors read
@@ -381,20 +364,5 @@ impl Connection {
             Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn throttle_admits_one_per_second_and_counts_the_rest() {
-        let t = Throttle::default();
-        assert_eq!(t.admit(), Some(0));
-        assert_eq!(t.admit(), None);
-        assert_eq!(t.admit(), None);
-        t.state.lock().unwrap().0 = Some(Instant::now() - Duration::from_secs(2));
-        assert_eq!(t.admit(), Some(2));
     }
 }

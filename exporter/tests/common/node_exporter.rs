@@ -64,6 +64,10 @@ impl NodeExporter {
         ne
     }
 
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     pub fn scrape(&self) -> String {
         let r = http_get(self.addr, "/metrics", &[]);
         assert_eq!(r.status, 200);
