@@ -2,7 +2,7 @@
 # The release build of the daemon, optimised with the execution profile of
 # real scrapes in exporter/pgo/usescope.profdata (profile-guided
 # optimisation: about 6 % less CPU per scrape with cold caches,
-# BENCHMARKS.md "Profile-guided optimisation and fitted gzip codes").
+# BENCHMARKS.md, "Build and encoding choices").
 # Every script that builds the release daemon calls this one, so the
 # release dependencies are built once, with one set of flags.
 #

@@ -15,7 +15,7 @@
 //! since, once the codes have served [`REFIT_ON_CHANGE_AFTER`] bodies),
 //! keeps the codes, and encodes every body at level 0 with them.
 //! On a 71 KB body here, one call after 20 ms idle and back to back
-//! (BENCHMARKS.md, "Profile-guided optimisation and fitted gzip codes"):
+//! (BENCHMARKS.md, "Build and encoding choices"):
 //!
 //! | compressor | after 20 ms idle | back to back | body |
 //! |---|---:|---:|---:|

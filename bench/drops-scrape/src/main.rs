@@ -1,5 +1,5 @@
 //! Scrape cost of the drops probe for 2, 64 and 256 CPUs, before and after
-//! the per-CPU hash (BENCHMARKS.md, "Drops probe: scrape cost at scale").
+//! the per-CPU hash (BENCHMARKS.md, "drops' scrape cost at scale").
 //!
 //! usage: drops-scrape [SCRAPES]   (root: it creates BPF maps; default 201)
 //!
