@@ -76,7 +76,7 @@ fn any_scrape_timeout_header_gets_a_scrape() {
 }
 
 /// The `request` fuzz target's seeds (fuzz/corpus/request) and crashes
-/// found since (fuzz/regressions/request), each also with every header
+/// found since (`fuzz/regressions/<target>/` for `request`), each also with every header
 /// value swapped for hostile ones, through the real router: none panics
 /// or gets a 500.
 #[test]
