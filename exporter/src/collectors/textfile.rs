@@ -290,10 +290,7 @@ impl<'a> Cursor<'a> {
         let first = |b: u8| b.is_ascii_alphabetic() || b == b'_' || (metric && b == b':');
         if self.peek().is_some_and(first) {
             self.i += 1;
-            while self
-                .peek()
-                .is_some_and(|b| first(b) || b.is_ascii_digit())
-            {
+            while self.peek().is_some_and(|b| first(b) || b.is_ascii_digit()) {
                 self.i += 1;
             }
         }
@@ -352,9 +349,7 @@ impl<'a> Cursor<'a> {
                 c => out.push(c),
             }
         }
-        Err(self.err(format!(
-            "label value {out:?} contains unescaped new-line"
-        )))
+        Err(self.err(format!("label value {out:?} contains unescaped new-line")))
     }
 }
 
@@ -432,7 +427,11 @@ pub fn parse_into(text: &str, out: &mut Exposition) -> Result<(), ParseError> {
     };
     let mut lines = text.split('\n').enumerate().peekable();
     while let Some((i, line)) = lines.next() {
-        let mut c = Cursor { s: line, i: 0, line: i + 1 };
+        let mut c = Cursor {
+            s: line,
+            i: 0,
+            line: i + 1,
+        };
         c.skip_blank();
         if c.peek().is_none() {
             continue;
@@ -538,9 +537,7 @@ fn sample(c: &mut Cursor, st: &mut State) -> Result<(), ParseError> {
             c.skip_blank();
             if c.peek() != Some(b'=') {
                 let found = c.s[c.i..].chars().next().unwrap_or('\n');
-                return Err(c.err(format!(
-                    "expected '=' after label name, found {found:?}"
-                )));
+                return Err(c.err(format!("expected '=' after label name, found {found:?}")));
             }
             c.i += 1;
             if label.starts_with("__") {
@@ -588,8 +585,8 @@ fn sample(c: &mut Cursor, st: &mut State) -> Result<(), ParseError> {
         c.skip_blank();
     }
     let tok = c.token();
-    let value =
-        go_parse_float(tok).ok_or_else(|| c.err(format!("expected float as value, got {tok:?}")))?;
+    let value = go_parse_float(tok)
+        .ok_or_else(|| c.err(format!("expected float as value, got {tok:?}")))?;
     if c.peek().is_some() {
         c.skip_blank();
         let ts = c.token();
@@ -633,7 +630,8 @@ fn sample(c: &mut Cursor, st: &mut State) -> Result<(), ParseError> {
             };
             let s = &mut st.families[f].series[idx];
             let histogram = kind == Kind::Histogram;
-            if histogram && (r.is_count || (!r.is_sum && bound.is_some_and(|b| !b.is_nan())))
+            if histogram
+                && (r.is_count || (!r.is_sum && bound.is_some_and(|b| !b.is_nan())))
                 && value < 0.0
             {
                 return Err(c.err(format!(
@@ -696,8 +694,11 @@ fn finish(st: State, out: &mut Exposition) -> Result<(), ParseError> {
             }
             // One point per bound, the last given; ascending.
             s.points.reverse();
-            s.points
-                .sort_by(|a, b| a.bound.partial_cmp(&b.bound).unwrap_or(std::cmp::Ordering::Equal));
+            s.points.sort_by(|a, b| {
+                a.bound
+                    .partial_cmp(&b.bound)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
             s.points.dedup_by(|a, b| a.bound == b.bound);
         }
         series.sort_by(|a, b| {
@@ -1063,7 +1064,11 @@ impl TextfileCollector {
             let entries = match std::fs::read_dir(&dir) {
                 Ok(e) => e,
                 Err(e) => {
-                    dir_error(errors, &dir, format!("failed to read textfile collector directory: {e}"));
+                    dir_error(
+                        errors,
+                        &dir,
+                        format!("failed to read textfile collector directory: {e}"),
+                    );
                     continue;
                 }
             };
@@ -1080,7 +1085,11 @@ impl TextfileCollector {
                         ),
                         Err(_) => {}
                     },
-                    Err(e) => dir_error(errors, &dir, format!("failed to read textfile collector directory: {e}")),
+                    Err(e) => dir_error(
+                        errors,
+                        &dir,
+                        format!("failed to read textfile collector directory: {e}"),
+                    ),
                 }
             }
             names.sort();
@@ -1107,8 +1116,8 @@ impl TextfileCollector {
         let mut old = std::mem::take(&mut self.files);
         let old_index = std::mem::take(&mut self.by_label);
         let mut total: u64 = 0;
-        let same_set = listed.len() == old.len()
-            && listed.iter().zip(&old).all(|((_, l), f)| *l == f.label);
+        let same_set =
+            listed.len() == old.len() && listed.iter().zip(&old).all(|((_, l), f)| *l == f.label);
         if !same_set {
             self.dirty = true;
         }
@@ -1360,10 +1369,7 @@ fn suffix_base(name: &str) -> Option<(&str, &'static str)> {
 
 /// Merges the parsed files in order. A file that conflicts with what is
 /// already taken, or with a built-in family, is left out whole.
-fn merge(
-    files: &[FileEntry],
-    builtin: &HashSet<&str>,
-) -> (Vec<Merged>, Vec<Option<FileError>>) {
+fn merge(files: &[FileEntry], builtin: &HashSet<&str>) -> (Vec<Merged>, Vec<Option<FileError>>) {
     struct Taken<'a> {
         help: Option<&'a str>,
         kind: Kind,
@@ -1378,8 +1384,11 @@ fn merge(
             conflicts.push(None);
             continue;
         };
-        let mine: HashMap<&str, Kind> =
-            exp.families.iter().map(|f| (f.name.as_str(), f.kind)).collect();
+        let mine: HashMap<&str, Kind> = exp
+            .families
+            .iter()
+            .map(|f| (f.name.as_str(), f.kind))
+            .collect();
         let kind_of = |name: &str| {
             mine.get(name)
                 .copied()
@@ -1492,8 +1501,11 @@ fn merge(
             let help = match t.help {
                 Some(h) => h.to_string(),
                 None => {
-                    let paths: Vec<&str> =
-                        t.parts.iter().map(|&(f, _)| files[f].label.as_str()).collect();
+                    let paths: Vec<&str> = t
+                        .parts
+                        .iter()
+                        .map(|&(f, _)| files[f].label.as_str())
+                        .collect();
                     format!("Metric read from {}", paths.join(", "))
                 }
             };
@@ -1581,7 +1593,13 @@ impl Collector for TextfileCollector {
                         }
                         if m.kind == Kind::Histogram && !inf_seen {
                             labels.push(("le", "+Inf"));
-                            enc.sample_named(&m.name, "_bucket", &labels, None, Value::F64(s.count));
+                            enc.sample_named(
+                                &m.name,
+                                "_bucket",
+                                &labels,
+                                None,
+                                Value::F64(s.count),
+                            );
                             labels.pop();
                         }
                         enc.sample_named(&m.name, "_sum", &labels, None, Value::F64(s.sum));
@@ -1644,7 +1662,9 @@ mod tests {
         }
         assert!(go_parse_float("NaN").unwrap().is_nan());
         assert!(go_parse_float("nan").unwrap().is_nan());
-        for s in ["", "+NaN", "-nan", "1e400", "0x10", "0x1p3", "1_000", "x", "1,5", "."] {
+        for s in [
+            "", "+NaN", "-nan", "1e400", "0x10", "0x1p3", "1_000", "x", "1,5", ".",
+        ] {
             assert_eq!(go_parse_float(s), None, "{s}");
         }
     }
@@ -1680,7 +1700,10 @@ mod tests {
         .unwrap();
         assert_eq!(e.families.len(), 2);
         let a = &e.families[0];
-        assert_eq!((a.name.as_str(), a.kind, a.help.as_deref()), ("a", Kind::Untyped, None));
+        assert_eq!(
+            (a.name.as_str(), a.kind, a.help.as_deref()),
+            ("a", Kind::Untyped, None)
+        );
         let b = &e.families[1];
         assert_eq!(b.help.as_deref(), Some("Escaped \\ and \n and \"."));
         assert_eq!(b.kind, Kind::Counter);
@@ -1689,7 +1712,10 @@ mod tests {
             b.series[0].labels,
             [("x".into(), "".into()), ("y".into(), "q\"\\\n".into())]
         );
-        assert_eq!(b.series[1].labels, [("x".into(), "1".into()), ("y".into(), "".into())]);
+        assert_eq!(
+            b.series[1].labels,
+            [("x".into(), "1".into()), ("y".into(), "".into())]
+        );
         assert_eq!((b.series[0].value, b.series[1].value), (4.0, 3.0));
     }
 
@@ -1756,9 +1782,21 @@ mod tests {
             ("# TYPE a foo\n", 1, "unknown metric type"),
             ("# TYPE a gaugehistogram\n", 1, "not supported"),
             ("# TYPE a-b gauge\n", 1, "invalid metric name in comment"),
-            ("# TYPE s summary\ns{quantile=\"x\"} 1\n", 2, "'quantile' label"),
-            ("# TYPE h histogram\nh_bucket{le=\"x\"} 1\n", 2, "'le' label"),
-            ("# TYPE h histogram\nh_bucket{le=\"1\"} -1\n", 2, "negative bucket"),
+            (
+                "# TYPE s summary\ns{quantile=\"x\"} 1\n",
+                2,
+                "'quantile' label",
+            ),
+            (
+                "# TYPE h histogram\nh_bucket{le=\"x\"} 1\n",
+                2,
+                "'le' label",
+            ),
+            (
+                "# TYPE h histogram\nh_bucket{le=\"1\"} -1\n",
+                2,
+                "negative bucket",
+            ),
             ("# TYPE h histogram\nh_count -1\n", 2, "negative count"),
             ("a{b=\"1\"} 1\nc 1\na{b=\"1\"} 2\n", 3, "duplicate series"),
         ];
@@ -1770,8 +1808,16 @@ mod tests {
         // Accepted oddities, as expfmt accepts them.
         assert!(parse("").unwrap().families.is_empty());
         assert!(parse("  \n\t\n   ").unwrap().families.is_empty());
-        assert!(parse("# HELP\n# HELP a\n# TYPE a \n#x y z\n").unwrap().families.is_empty());
-        assert_eq!(parse("# TYPE a GAUGE\na NaN\n").unwrap().families[0].kind, Kind::Gauge);
+        assert!(
+            parse("# HELP\n# HELP a\n# TYPE a \n#x y z\n")
+                .unwrap()
+                .families
+                .is_empty()
+        );
+        assert_eq!(
+            parse("# TYPE a GAUGE\na NaN\n").unwrap().families[0].kind,
+            Kind::Gauge
+        );
         // Interleaved samples of one family are one family.
         let e = parse("a{x=\"1\"} 1\nb 1\na{x=\"2\"} 2\n").unwrap();
         assert_eq!(e.families[0].series.len(), 2);
@@ -1845,7 +1891,11 @@ mod tests {
              # TYPE node_textfile_scrape_error gauge\nnode_textfile_scrape_error 0\n"
         );
         let mut c = collector(&[Path::new("/nonexistent-usescope")]);
-        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 1\n"));
+        assert!(
+            render(&mut c)
+                .unwrap()
+                .ends_with("node_textfile_scrape_error 1\n")
+        );
     }
 
     #[test]
@@ -1869,10 +1919,12 @@ mod tests {
              app_request_duration_seconds_bucket{handler=\"/\",le=\"+Inf\"} 11\n"
         ));
         // The +Inf bucket a histogram lacks is its count.
-        assert!(out.contains(
-            "app_request_duration_seconds_bucket{handler=\"/api\",le=\"+Inf\"} 2\n"
-        ));
-        assert!(out.contains("app_rpc_seconds{quantile=\"0.99\"} 0.25\napp_rpc_seconds_sum 17.5\n"));
+        assert!(
+            out.contains("app_request_duration_seconds_bucket{handler=\"/api\",le=\"+Inf\"} 2\n")
+        );
+        assert!(
+            out.contains("app_rpc_seconds{quantile=\"0.99\"} 0.25\napp_rpc_seconds_sum 17.5\n")
+        );
         assert!(out.contains(
             "# HELP app_build_info Build facts: a \"quoted\" word, a back\\\\slash and a\\nnewline.\n"
         ), "{out}");
@@ -1880,7 +1932,9 @@ mod tests {
             "app_build_info{note=\"say \\\"hi\\\"\\nbye\",path=\"C:\\\\tmp\\\\x\",version=\"1.2.3\"} 1\n"
         ), "{out}");
         assert!(out.contains("app_temperature_celsius{extra=\"\",sensor=\"a\"} NaN\n"));
-        assert!(out.contains(&format!("node_textfile_mtime_seconds{{file=\"{d}/app.prom\"}} T\n")));
+        assert!(out.contains(&format!(
+            "node_textfile_mtime_seconds{{file=\"{d}/app.prom\"}} T\n"
+        )));
         assert!(out.ends_with("node_textfile_scrape_error 0\n"), "{out}");
         // A second scrape reuses the parse and writes the same.
         assert_eq!(stable(&render(&mut c).unwrap()), out);
@@ -1926,14 +1980,23 @@ mod tests {
             .iter()
             .map(|(f, e)| (f.rsplit('/').next().unwrap().to_string(), e.msg.clone()))
             .collect();
-        assert!(errors["b_type.prom"].contains("is a gauge here but a counter"), "{errors:?}");
+        assert!(
+            errors["b_type.prom"].contains("is a gauge here but a counter"),
+            "{errors:?}"
+        );
         assert!(errors["z_help.prom"].contains("another HELP"), "{errors:?}");
-        assert!(errors["d_series.prom"].contains("is already in"), "{errors:?}");
+        assert!(
+            errors["d_series.prom"].contains("is already in"),
+            "{errors:?}"
+        );
         assert!(errors["e_suffix.prom"].contains("collides"), "{errors:?}");
         assert!(!errors.contains_key("a_first.prom"));
         assert!(!errors.contains_key("f_more.prom"), "{errors:?}");
         // f_more adds a series to a_first's family, without a HELP of its own.
-        assert!(out.contains("shared_total{job=\"a\"} 1\nshared_total{job=\"f\"} 6\n"), "{out}");
+        assert!(
+            out.contains("shared_total{job=\"a\"} 1\nshared_total{job=\"f\"} 6\n"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -1942,7 +2005,9 @@ mod tests {
         std::fs::write(tmp.path().join("x.prom"), "node_load1 99\n").unwrap();
         std::fs::write(tmp.path().join("y.prom"), "fine 1\n").unwrap();
         let mut c = collector(&[tmp.path()]);
-        let mut buf = b"# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 0.5\n".to_vec();
+        let mut buf =
+            b"# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 0.5\n"
+                .to_vec();
         let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
         c.collect(&mut enc).unwrap();
         let out = String::from_utf8(buf).unwrap();
@@ -1971,15 +2036,27 @@ mod tests {
         assert!(!out.contains("\na "), "{out}");
         assert!(out.ends_with("node_textfile_scrape_error 1\n"));
         // Not read again while unchanged, and still an error.
-        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 1\n"));
+        assert!(
+            render(&mut c)
+                .unwrap()
+                .ends_with("node_textfile_scrape_error 1\n")
+        );
         std::fs::remove_file(&f).unwrap();
-        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 0\n"));
+        assert!(
+            render(&mut c)
+                .unwrap()
+                .ends_with("node_textfile_scrape_error 0\n")
+        );
         // A FIFO is refused without blocking.
         let fifo = tmp.path().join("p.prom");
         let cpath = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(cpath.as_ptr(), 0o600) }, 0);
-        assert!(render(&mut c).unwrap().ends_with("node_textfile_scrape_error 1\n"));
+        assert!(
+            render(&mut c)
+                .unwrap()
+                .ends_with("node_textfile_scrape_error 1\n")
+        );
         let logged: Vec<String> = c.logged.iter().map(|(_, e)| e.msg.clone()).collect();
         assert!(logged.iter().any(|m| m.contains("FIFO")), "{logged:?}");
     }
