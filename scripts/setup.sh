@@ -84,6 +84,46 @@ if ! "$gobin/jsonnet" --version 2>/dev/null | grep -q "${JSONNET_VERSION}"; then
   (cd /tmp && go install "github.com/google/go-jsonnet/cmd/jsonnet@$JSONNET_VERSION")
 fi
 
+# Thanos (sidecar, query, rule), the distributed query layer of the fleet
+# reference setup (deploy/fleet) and its test (tests/fleet). Its go.mod has
+# replace directives, which `go install pkg@version` refuses, so it is built
+# from a small wrapper module that requires it and copies those replace lines
+# from the module's own go.mod. v0.40.1: v0.41.0 does not build from the
+# module proxy (a replacement it names is not served) and v0.42 needs a newer
+# Go. About 5 minutes on 2 cores, at low priority beside other builds.
+THANOS_VERSION=v0.40.1
+if ! "$gobin/thanos" --version 2>&1 | grep -q "version ${THANOS_VERSION#v} "; then
+  command -v go >/dev/null || { echo "setup: Go is needed to build Thanos (tests/fleet)" >&2; exit 1; }
+  echo "setup: building thanos $THANOS_VERSION from a wrapper module (about 5 minutes)"
+  thanos_mod=$(mktemp -d)
+  (
+    set -e
+    cd "$thanos_mod"
+    go mod init usescope.local/thanos-build >/dev/null 2>&1
+    # The replace directives of Thanos's own go.mod (block or single-line
+    # form), each as `old[@v]=new[@v]` for go mod edit.
+    go mod download -json "github.com/thanos-io/thanos@$THANOS_VERSION" | python3 -c '
+import json, sys
+text = open(json.load(sys.stdin)["GoMod"]).read()
+lines = [l.split("//")[0].strip() for l in text.splitlines()]
+block, found = False, []
+for l in lines:
+    if l == "replace (":
+        block = True
+    elif block and l == ")":
+        block = False
+    elif (block or l.startswith("replace ")) and "=>" in l:
+        old, new = (s.split() for s in l.removeprefix("replace ").split("=>"))
+        found.append("@".join(old) + "=" + "@".join(new))
+print("\n".join(found))' | while read -r r; do go mod edit -replace "$r"; done
+    go get "github.com/thanos-io/thanos/cmd/thanos@$THANOS_VERSION" >get.log 2>&1 || { cat get.log >&2; exit 1; }
+    nice -n 19 go build -o "$gobin/thanos" \
+      -ldflags "-X github.com/prometheus/common/version.Version=${THANOS_VERSION#v}" \
+      github.com/thanos-io/thanos/cmd/thanos
+  ) || { rm -rf "$thanos_mod"; echo "setup: building thanos $THANOS_VERSION failed" >&2; exit 1; }
+  rm -rf "$thanos_mod"
+fi
+
 # cargo-machete, the unused-dependency check of scripts/check_dependencies.sh,
 # from crates.io (about 2.5 minutes to build the first time).
 CARGO_MACHETE_VERSION=0.9.2
