@@ -5,7 +5,8 @@
 //! generated from the registries ([`crate::collectors::ALL`],
 //! [`crate::probes::ALL`]) rather than written out one by one: each
 //! collector's `--collector.NAME` toggle and its own `--collector.NAME.*`
-//! options come from its `SPEC`.
+//! options come from its `SPEC`, and likewise each probe's `--probe.NAME`
+//! and `--probe.NAME.*` from its own.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -190,7 +191,33 @@ pub fn command() -> Command {
     for spec in probes::ALL {
         cmd = add_toggle(cmd, "probe", spec.name, spec.help, spec.default_enabled);
     }
+    for flag in probes::ALL.iter().flat_map(|spec| spec.flags) {
+        cmd = cmd.arg(probe_flag(flag));
+    }
     probes::add_args(cmd)
+}
+
+/// A probe's own option, as its spec declares it; clap checks the value
+/// (range, choice), so a bad one stops start-up with one line.
+fn probe_flag(flag: &'static probes::ProbeFlag) -> Arg {
+    let arg = Arg::new(flag.name).long(flag.name).help(flag.help);
+    let arg = match flag.kind {
+        probes::ProbeFlagKind::Bool => arg.action(ArgAction::SetTrue),
+        probes::ProbeFlagKind::U32 { min } => {
+            arg.value_parser(value_parser!(u32).range(i64::from(min)..))
+        }
+        probes::ProbeFlagKind::Choice(words) => arg.value_parser(
+            clap::builder::PossibleValuesParser::new(words.iter().copied()),
+        ),
+    };
+    let arg = match flag.default {
+        Some(d) => arg.default_value(d),
+        None => arg,
+    };
+    match flag.value_name {
+        Some(v) => arg.value_name(v),
+        None => arg,
+    }
 }
 
 /// A collector's own option, as its spec declares it. The value is parsed
@@ -643,6 +670,29 @@ mod tests {
                     "--{} missing from --help",
                     flag.name
                 );
+            }
+        }
+    }
+
+    /// Likewise every registered probe's toggle and flags, with the
+    /// defaults clap shows.
+    #[test]
+    fn help_lists_every_registered_probe_and_flag() {
+        let help = command().render_long_help().to_string();
+        for spec in probes::ALL {
+            let toggle = format!("--probe.{}", spec.name);
+            assert!(help.contains(&toggle), "{toggle} missing from --help");
+            assert!(help.contains(spec.help), "{}'s help missing", spec.name);
+            for flag in spec.flags {
+                assert!(
+                    help.contains(&format!("--{}", flag.name)),
+                    "--{}",
+                    flag.name
+                );
+                assert!(help.contains(flag.help), "--{}'s help missing", flag.name);
+                if let Some(d) = flag.default {
+                    assert!(help.contains(&format!("[default: {d}]")), "--{}", flag.name);
+                }
             }
         }
     }

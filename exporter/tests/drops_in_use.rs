@@ -29,15 +29,16 @@ use usescope::collector::Collector;
 use usescope::exposition::{Encoder, Format};
 use usescope::probes::drops::{self, DropsCollector};
 use usescope::probes::layout::{DROPS_SLOTS, DROPS_USED_WORDS};
-use usescope::probes::{Kernel, Loaded, ProbeSettings};
+use usescope::probes::{Kernel, Loaded, ProbeFlagValue, ProbeSettings};
 
 /// The probe attached (kept alive by the returned `Loaded`) and the
 /// daemon's collector over its map.
 fn attach(protocol_label: bool) -> Option<(Loaded, DropsCollector)> {
-    let settings = ProbeSettings {
-        drops_protocol_label: protocol_label,
-        ..ProbeSettings::default()
-    };
+    let mut settings = ProbeSettings::default();
+    settings.set(
+        drops::PROTOCOL_LABEL,
+        Some(ProbeFlagValue::Bool(protocol_label)),
+    );
     let loaded = Kernel::open().and_then(|k| drops::load(&k, &settings));
     let why = format!("the drops probe to load: {:?}", loaded.as_ref().err());
     if !skip::unless_met(loaded.is_ok(), &why) {

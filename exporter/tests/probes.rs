@@ -63,6 +63,45 @@ fn drops_count_udp_to_closed_port_as_no_socket() {
     assert!(d.stop().success());
 }
 
+/// Every registered probe, enabled, writes exactly the families its spec
+/// declares (`ProbeSpec::metrics`), so the list the docs are checked
+/// against is the real one; a new probe is checked by registering it.
+#[test]
+fn every_registered_probe_writes_the_families_it_declares() {
+    if !can_run_bpf() {
+        return;
+    }
+    let _g = serial();
+    let toggles: Vec<String> = usescope::probes::ALL
+        .iter()
+        .map(|p| format!("--probe.{}", p.name))
+        .collect();
+    let mut args = ARGS.to_vec();
+    args.extend(toggles.iter().map(String::as_str));
+    let d = Daemon::start(&args);
+    let expo = d.scrape();
+    let mut declared = vec![
+        "usescope_probe_up".to_string(),
+        "usescope_probe_info".to_string(),
+        "usescope_build_info".to_string(),
+    ];
+    for p in usescope::probes::ALL {
+        if !probe_up(&d, &expo, p.name) {
+            return;
+        }
+        declared.extend(p.metrics.iter().map(|m| m.name.to_string()));
+    }
+    let mut written: Vec<String> = expo
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE usescope_"))
+        .filter_map(|l| Some(format!("usescope_{}", l.split(' ').next()?)))
+        .collect();
+    declared.sort();
+    written.sort();
+    assert_eq!(written, declared);
+    assert!(d.stop().success());
+}
+
 /// A directory on a disk filesystem: the page cache does not apply to
 /// tmpfs files the way it does to disk files.
 fn disk_dir() -> tempfile::TempDir {

@@ -22,12 +22,23 @@ use super::layout::{BIOLAT_OP_NAMES, BIOLAT_SUM_WORD, BiolatHist, LOG2_HIST_BUCK
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuHash;
-use super::{Kernel, Loaded, ProbeSettings};
+use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
 
-pub const COLLECTOR: &str = "probe_biolatency";
+pub const SPEC: ProbeSpec = ProbeSpec {
+    name: "biolatency",
+    help: "Block I/O latency histogram per disk and op (block_rq_issue/complete tracepoints); off by default: two program runs with hash lookups per I/O",
+    default_enabled: false,
+    collector: "probe_biolatency",
+    modes: MODES,
+    map: MAP,
+    flags: &[],
+    metrics: &[&LATENCY],
+    load,
+    build: collector,
+};
 
 const LATENCY: Desc = Desc::histogram(
     "usescope_block_io_latency_seconds",

@@ -13,12 +13,33 @@ use super::layout::{
 };
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::percpu::PerCpuStruct;
-use super::{Kernel, Loaded, ProbeSettings};
+use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
 
-pub const COLLECTOR: &str = "probe_cachestat";
+pub const SPEC: ProbeSpec = ProbeSpec {
+    name: "cachestat",
+    help: "Page-cache accesses, misses and dirtied pages (filemap tracepoints)",
+    default_enabled: true,
+    collector: "probe_cachestat",
+    modes: MODES,
+    map: MAP,
+    flags: &[ProbeFlag {
+        name: PID,
+        help: "Count the page-cache use of this one process only (its pid as the host sees it); default: every process",
+        kind: ProbeFlagKind::U32 { min: 1 },
+        default: None,
+        value_name: Some("PID"),
+    }],
+    metrics: &[&ACCESSES, &MISSES, &READAHEAD, &DIRTIED],
+    load,
+    build: collector,
+};
+
+/// `--probe.cachestat.pid`: count one process's page-cache use only
+/// (unset: every process).
+pub const PID: &str = "probe.cachestat.pid";
 
 const ACCESSES: Desc = Desc::counter(
     "usescope_page_cache_accesses_total",
@@ -90,7 +111,7 @@ const VALUE_SIZE: usize = size_of::<CachestatCounts>();
 /// In the probe loader process: load and attach.
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let shift = page_shift();
-    let only_tgid = settings.cachestat_pid;
+    let only_tgid = settings.number(PID).unwrap_or(0);
     loader::load_and_attach("cachestat", &kernel.btf, MODES, |l| {
         l.override_global("page_shift", &shift, true);
         l.override_global("only_tgid", &only_tgid, true);

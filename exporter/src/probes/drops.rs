@@ -21,12 +21,32 @@ use super::layout::{
 };
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::percpu::PerCpuCounters;
-use super::{Kernel, Loaded, ProbeSettings};
+use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
 
-pub const COLLECTOR: &str = "probe_drops";
+pub const SPEC: ProbeSpec = ProbeSpec {
+    name: "drops",
+    help: "Packet drops by kernel drop reason (skb:kfree_skb)",
+    default_enabled: true,
+    collector: "probe_drops",
+    modes: MODES,
+    map: MAP,
+    flags: &[ProbeFlag {
+        name: PROTOCOL_LABEL,
+        help: "Add a protocol label (ipv4, ipv6, arp, other) to usescope_skb_drops_total",
+        kind: ProbeFlagKind::Bool,
+        default: None,
+        value_name: None,
+    }],
+    metrics: &[&DROPS],
+    load,
+    build: collector,
+};
+
+/// `--probe.drops.protocol-label`: a `protocol` label on drops.
+pub const PROTOCOL_LABEL: &str = "probe.drops.protocol-label";
 
 const DROPS: Desc = Desc::counter(
     "usescope_skb_drops_total",
@@ -153,7 +173,7 @@ pub const MAP: &str = "us_drops";
 /// Protocol rows the probe keeps: 1 without --probe.drops.protocol-label
 /// (the kernel side folds every drop into protocol 0).
 pub fn protocols(settings: &ProbeSettings) -> usize {
-    if settings.drops_protocol_label {
+    if settings.switch(PROTOCOL_LABEL) {
         DROPS_PROTOS
     } else {
         1
@@ -164,7 +184,7 @@ pub fn protocols(settings: &ProbeSettings) -> usize {
 /// names travel to the daemon with the fds, so it never reads BTF.
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let names = resolve_names(kernel)?;
-    let protocol_label = u8::from(settings.drops_protocol_label);
+    let protocol_label = u8::from(settings.switch(PROTOCOL_LABEL));
     // The bitmap and the counters of the protocol rows kept; without the
     // label that is a quarter of the kernel memory.
     let keys = (DROPS_USED_WORDS + DROPS_SLOTS * protocols(settings)) as u32;
@@ -311,7 +331,7 @@ impl DropsCollector {
         Ok(DropsCollector {
             reader: InUseReader::new(counts, protocols(settings))?,
             names,
-            protocol_label: settings.drops_protocol_label,
+            protocol_label: settings.switch(PROTOCOL_LABEL),
         })
     }
 

@@ -18,8 +18,9 @@
 //! - [`fd_passing`]: one message of bytes plus fds (SCM_RIGHTS);
 //! - [`loader`]: the embedded objects and run-time hook selection;
 //! - one module per probe ([`runqlat`], [`cachestat`], [`drops`],
-//!   [`biolatency`], [`softirq`], [`reclaim`]): its modes (program, tracepoint), its loading and its
-//!   collector;
+//!   [`biolatency`], [`softirq`], [`reclaim`]): its `SPEC` (name, default,
+//!   modes, map, flags, metrics; registered by one line in `registry!`
+//!   below), its loading and its collector (docs/adding-a-probe.md);
 //! - [`log2_hist`]: the latency buckets runqlat, biolatency, softirq and
 //!   reclaim share;
 //! - [`status`]: `usescope_probe_up`/`_info` and per-program BPF statistics;
@@ -29,33 +30,54 @@
 //! Probes degrade, the daemon does not: a probe that cannot load logs one
 //! warning naming the cause and reports `usescope_probe_up{probe} 0`.
 
-pub mod biolatency;
 pub mod btf;
-pub mod cachestat;
-pub mod drops;
 pub mod fd_passing;
 pub mod layout;
 pub mod loader;
 pub mod loader_process;
 pub mod log2_hist;
 pub mod percpu;
-pub mod reclaim;
-pub mod runqlat;
-pub mod softirq;
 pub mod status;
 pub mod sys;
 
 use std::os::fd::OwnedFd;
 
 use aya::Ebpf;
-use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
+use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::collector::{Collector, Scraper};
+use crate::exposition::Desc;
 use loader::{Mode, ProbeError};
 use status::{ProbeStatus, StatsCollector, StatusCollector};
 
+/// Declares each probe module and lists its `SPEC` in [`ALL`], in the same
+/// order: registering a probe is one line here (docs/adding-a-probe.md).
+macro_rules! registry {
+    ($($module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every probe, toggled by `--[no-]probe.NAME`, in the order they
+        /// load and their collectors write.
+        pub const ALL: &[ProbeSpec] = &[$($module::SPEC),*];
+    };
+}
+
+registry! {
+    runqlat,
+    cachestat,
+    drops,
+    biolatency,
+    softirq,
+    reclaim,
+}
+
+/// Everything about one probe, declared beside its code as `pub const
+/// SPEC` and registered by one line in the `registry!` list above. Its
+/// kernel side is `ebpf-probes/*.bpf.c`, which build.rs finds by itself.
 pub struct ProbeSpec {
+    /// `--probe.NAME`, and the `probe` label of `usescope_probe_*`.
     pub name: &'static str,
+    /// One line for `--help`.
     pub help: &'static str,
     /// Whether the probe runs unless `--no-probe.NAME` is given (otherwise
     /// only with `--probe.NAME`).
@@ -66,6 +88,13 @@ pub struct ProbeSpec {
     pub modes: &'static [Mode],
     /// The per-CPU map (array or hash) the collector reads.
     pub map: &'static str,
+    /// The probe's own options, `--probe.NAME.*`.
+    pub flags: &'static [ProbeFlag],
+    /// The metric families its collector writes (probe-specific ones; the
+    /// `usescope_probe_*` status families are common). The registry's tests
+    /// check them against the naming rules and docs/probes.md,
+    /// tests/probes.rs against a real scrape.
+    pub metrics: &'static [&'static Desc],
     /// In the loader process: load and attach.
     pub load: fn(&Kernel, &ProbeSettings) -> Result<Loaded, ProbeError>,
     /// In the daemon: the collector over the handed-over map's fd, with
@@ -78,165 +107,139 @@ pub struct ProbeSpec {
 pub type BuildCollector =
     fn(OwnedFd, Vec<String>, &ProbeSettings) -> Result<Box<dyn Collector>, String>;
 
-/// Every probe, toggled by `--[no-]probe.NAME`.
-pub const ALL: &[ProbeSpec] = &[
-    ProbeSpec {
-        name: "runqlat",
-        help: "Run-queue latency histogram (sched tracepoints)",
-        default_enabled: true,
-        collector: runqlat::COLLECTOR,
-        modes: runqlat::MODES,
-        map: runqlat::MAP,
-        load: runqlat::load,
-        build: runqlat::collector,
-    },
-    ProbeSpec {
-        name: "cachestat",
-        help: "Page-cache accesses, misses and dirtied pages (filemap tracepoints)",
-        default_enabled: true,
-        collector: cachestat::COLLECTOR,
-        modes: cachestat::MODES,
-        map: cachestat::MAP,
-        load: cachestat::load,
-        build: cachestat::collector,
-    },
-    ProbeSpec {
-        name: "drops",
-        help: "Packet drops by kernel drop reason (skb:kfree_skb)",
-        default_enabled: true,
-        collector: drops::COLLECTOR,
-        modes: drops::MODES,
-        map: drops::MAP,
-        load: drops::load,
-        build: drops::collector,
-    },
-    ProbeSpec {
-        name: "biolatency",
-        help: "Block I/O latency histogram per disk and op (block_rq_issue/complete tracepoints); off by default: two program runs with hash lookups per I/O",
-        default_enabled: false,
-        collector: biolatency::COLLECTOR,
-        modes: biolatency::MODES,
-        map: biolatency::MAP,
-        load: biolatency::load,
-        build: biolatency::collector,
-    },
-    ProbeSpec {
-        name: "softirq",
-        help: "Softirq time and entries per CPU and vector, raise-to-entry latency histogram (softirq tracepoints); off by default: three program runs per softirq",
-        default_enabled: false,
-        collector: softirq::COLLECTOR,
-        modes: softirq::MODES,
-        map: softirq::MAP,
-        load: softirq::load,
-        build: softirq::collector,
-    },
-    ProbeSpec {
-        name: "reclaim",
-        help: "Direct-reclaim (global, memcg) and compaction stall latency histograms (vmscan and compaction tracepoints); off by default, though it only runs when a task stalls",
-        default_enabled: false,
-        collector: reclaim::COLLECTOR,
-        modes: reclaim::MODES,
-        map: reclaim::MAP,
-        load: reclaim::load,
-        build: reclaim::collector,
-    },
-];
-
-pub const DEFAULT_RUNQLAT_MAX_TASKS: u32 = 10240;
-
-/// `--probe.runqlat.source`: where runqlat's latencies come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunqlatSource {
-    /// The scheduler's run_delay where the kernel keeps it, else wakeups
-    /// with task storage, else wakeups with the LRU hash.
-    Auto,
-    /// Timed from wakeups, start times in task-local storage (else the
-    /// LRU hash).
-    TaskStorage,
-    /// Timed from wakeups, start times in the LRU hash.
-    LruHash,
+/// A probe option, `--probe.NAME.OPTION`. cli.rs makes the clap argument
+/// (and checks the value there, so a bad one stops start-up with one
+/// line); the probe reads the value from [`ProbeSettings`] by `name`.
+pub struct ProbeFlag {
+    /// The whole flag without dashes: `probe.NAME.OPTION`.
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: ProbeFlagKind,
+    /// The value when the flag is not given (shown in `--help`); None:
+    /// unset. Never set for [`ProbeFlagKind::Bool`].
+    pub default: Option<&'static str>,
+    /// The value's placeholder in `--help` (`<PID>`); None: the flag's name.
+    pub value_name: Option<&'static str>,
 }
 
-#[derive(Debug, Clone)]
-pub struct ProbeSettings {
-    pub enabled: Vec<&'static str>,
-    /// `--probe.runqlat.per-cpu`: a `cpu` label on the latency histogram.
-    pub runqlat_per_cpu: bool,
-    /// `--probe.runqlat.max-tasks`: entries of the LRU start-time map.
-    pub runqlat_max_tasks: u32,
-    /// `--probe.runqlat.source`: which design runqlat loads (the others
-    /// are fallbacks; forcing one compares them).
-    pub runqlat_source: RunqlatSource,
-    /// `--probe.runqlat.pid`: only this process's tasks (0: all).
-    pub runqlat_pid: u32,
-    /// `--probe.drops.protocol-label`: a `protocol` label on drops.
-    pub drops_protocol_label: bool,
-    /// `--probe.cachestat.pid`: count one process's page-cache use only
-    /// (0: every process).
-    pub cachestat_pid: u32,
-    /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
-    /// statistics (off by default: they cost every BPF program on the host).
-    pub bpf_stats: bool,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeFlagKind {
+    /// A switch: `--NAME` turns it on; off unless given.
+    Bool,
+    /// A number of at least `min`.
+    U32 { min: u32 },
+    /// One of these words.
+    Choice(&'static [&'static str]),
 }
 
-impl Default for ProbeSettings {
-    fn default() -> ProbeSettings {
-        ProbeSettings {
-            enabled: Vec::new(),
-            runqlat_per_cpu: false,
-            runqlat_max_tasks: DEFAULT_RUNQLAT_MAX_TASKS,
-            runqlat_source: RunqlatSource::Auto,
-            runqlat_pid: 0,
-            drops_protocol_label: false,
-            cachestat_pid: 0,
-            bpf_stats: false,
+/// A probe flag's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeFlagValue {
+    Bool(bool),
+    U32(u32),
+    /// One of the [`ProbeFlagKind::Choice`] words.
+    Choice(&'static str),
+}
+
+impl ProbeFlagValue {
+    /// `raw` as a value of `flag` (what clap checks on the command line;
+    /// here for defaults and tests).
+    pub fn parse(flag: &ProbeFlag, raw: &str) -> Result<ProbeFlagValue, String> {
+        match flag.kind {
+            ProbeFlagKind::Bool => match raw {
+                "true" => Ok(ProbeFlagValue::Bool(true)),
+                "false" => Ok(ProbeFlagValue::Bool(false)),
+                _ => Err(format!("{raw:?} is not true or false")),
+            },
+            ProbeFlagKind::U32 { min } => match raw.parse::<u32>() {
+                Ok(n) if n >= min => Ok(ProbeFlagValue::U32(n)),
+                _ => Err(format!(
+                    "{raw:?} is not a number from {min} to {}",
+                    u32::MAX
+                )),
+            },
+            ProbeFlagKind::Choice(words) => words
+                .iter()
+                .find(|w| **w == raw)
+                .map(|w| ProbeFlagValue::Choice(w))
+                .ok_or_else(|| format!("{raw:?} is not one of {}", words.join(", "))),
         }
     }
 }
 
-/// Probe-specific flags.
+/// Which probes run, and the values of the probe flags.
+#[derive(Debug, Clone)]
+pub struct ProbeSettings {
+    pub enabled: Vec<&'static str>,
+    /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
+    /// statistics (off by default: they cost every BPF program on the host).
+    pub bpf_stats: bool,
+    /// Flag name → value, for every registered probe flag that has one.
+    flags: Vec<(&'static str, ProbeFlagValue)>,
+}
+
+/// No probe enabled, every flag at its default.
+impl Default for ProbeSettings {
+    fn default() -> ProbeSettings {
+        let mut s = ProbeSettings {
+            enabled: Vec::new(),
+            bpf_stats: false,
+            flags: Vec::new(),
+        };
+        for flag in ALL.iter().flat_map(|p| p.flags) {
+            let value = match (flag.kind, flag.default) {
+                (ProbeFlagKind::Bool, _) => Some(ProbeFlagValue::Bool(false)),
+                (_, Some(d)) => Some(
+                    ProbeFlagValue::parse(flag, d)
+                        .unwrap_or_else(|e| panic!("default of --{}: {e}", flag.name)),
+                ),
+                (_, None) => None,
+            };
+            s.set(flag.name, value);
+        }
+        s
+    }
+}
+
+impl ProbeSettings {
+    /// Sets (or with `None` clears) a flag's value.
+    pub fn set(&mut self, flag: &'static str, value: Option<ProbeFlagValue>) {
+        self.flags.retain(|(name, _)| *name != flag);
+        if let Some(v) = value {
+            self.flags.push((flag, v));
+        }
+    }
+
+    pub fn flag(&self, flag: &str) -> Option<ProbeFlagValue> {
+        self.flags.iter().find(|(n, _)| *n == flag).map(|&(_, v)| v)
+    }
+
+    /// A [`ProbeFlagKind::Bool`] flag's value; false when unset.
+    pub fn switch(&self, flag: &str) -> bool {
+        self.flag(flag) == Some(ProbeFlagValue::Bool(true))
+    }
+
+    /// A [`ProbeFlagKind::U32`] flag's value.
+    pub fn number(&self, flag: &str) -> Option<u32> {
+        match self.flag(flag) {
+            Some(ProbeFlagValue::U32(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// A [`ProbeFlagKind::Choice`] flag's value.
+    pub fn choice(&self, flag: &str) -> Option<&'static str> {
+        match self.flag(flag) {
+            Some(ProbeFlagValue::Choice(w)) => Some(w),
+            _ => None,
+        }
+    }
+}
+
+/// The flags of all probes together (each probe's own `--probe.NAME.*`
+/// come from its spec, in cli.rs).
 pub fn add_args(cmd: Command) -> Command {
     cmd.arg(
-        Arg::new("probe.runqlat.per-cpu")
-            .long("probe.runqlat.per-cpu")
-            .action(ArgAction::SetTrue)
-            .help("Add a cpu label to the run-queue latency histogram (one histogram per CPU)"),
-    )
-    .arg(
-        Arg::new("probe.runqlat.max-tasks")
-            .long("probe.runqlat.max-tasks")
-            .default_value("10240")
-            .value_parser(value_parser!(u32).range(1..))
-            .help("Size of the runqlat start-time map when it is the LRU hash (kernels without sched_info and task storage, or --probe.runqlat.source=lru-hash): runnable tasks tracked at once"),
-    )
-    .arg(
-        Arg::new("probe.runqlat.source")
-            .long("probe.runqlat.source")
-            .default_value("auto")
-            .value_parser(["auto", "task-storage", "lru-hash"])
-            .help("Where runqlat's latencies come from: auto (the scheduler's own run_delay where the kernel keeps it, else timed from wakeups with task-local storage, else with an LRU hash), task-storage or lru-hash (timed from wakeups, to compare)"),
-    )
-    .arg(
-        Arg::new("probe.runqlat.pid")
-            .long("probe.runqlat.pid")
-            .value_name("PID")
-            .value_parser(value_parser!(u32).range(1..))
-            .help("Measure the run-queue latency of this one process's threads only (its pid as the host sees it), as bcc's runqlat -p; default: every task"),
-    )
-    .arg(
-        Arg::new("probe.drops.protocol-label")
-            .long("probe.drops.protocol-label")
-            .action(ArgAction::SetTrue)
-            .help("Add a protocol label (ipv4, ipv6, arp, other) to usescope_skb_drops_total"),
-    )
-    .arg(
-        Arg::new("probe.cachestat.pid")
-            .long("probe.cachestat.pid")
-            .value_name("PID")
-            .value_parser(value_parser!(u32).range(1..))
-            .help("Count the page-cache use of this one process only (its pid as the host sees it); default: every process"),
-    )
-    .arg(
         Arg::new("probe.bpf-stats")
             .long("probe.bpf-stats")
             .action(ArgAction::SetTrue)
@@ -258,30 +261,28 @@ pub fn add_args(cmd: Command) -> Command {
     )
 }
 
+/// The probe settings from parsed arguments: `enabled`, the global flags
+/// and every registered probe flag (given, or at its default).
 pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSettings {
-    ProbeSettings {
+    let mut s = ProbeSettings {
         enabled,
-        runqlat_per_cpu: m.get_flag("probe.runqlat.per-cpu"),
-        runqlat_max_tasks: m
-            .get_one::<u32>("probe.runqlat.max-tasks")
-            .copied()
-            .unwrap_or(DEFAULT_RUNQLAT_MAX_TASKS),
-        runqlat_source: match m
-            .get_one::<String>("probe.runqlat.source")
-            .map(String::as_str)
-        {
-            Some("task-storage") => RunqlatSource::TaskStorage,
-            Some("lru-hash") => RunqlatSource::LruHash,
-            _ => RunqlatSource::Auto,
-        },
-        runqlat_pid: m.get_one::<u32>("probe.runqlat.pid").copied().unwrap_or(0),
-        drops_protocol_label: m.get_flag("probe.drops.protocol-label"),
-        cachestat_pid: m
-            .get_one::<u32>("probe.cachestat.pid")
-            .copied()
-            .unwrap_or(0),
         bpf_stats: m.get_flag("probe.bpf-stats"),
+        ..ProbeSettings::default()
+    };
+    for flag in ALL.iter().flat_map(|p| p.flags) {
+        let value = match flag.kind {
+            ProbeFlagKind::Bool => Some(ProbeFlagValue::Bool(m.get_flag(flag.name))),
+            ProbeFlagKind::U32 { .. } => {
+                m.get_one::<u32>(flag.name).map(|&n| ProbeFlagValue::U32(n))
+            }
+            ProbeFlagKind::Choice(words) => m
+                .get_one::<String>(flag.name)
+                .and_then(|v| words.iter().find(|w| **w == v.as_str()))
+                .map(|w| ProbeFlagValue::Choice(w)),
+        };
+        s.set(flag.name, value);
     }
+    s
 }
 
 /// The running kernel's BTF, read in the loader process: the raw bytes
@@ -397,16 +398,96 @@ fn enable_stats() -> Option<OwnedFd> {
 
 #[cfg(test)]
 mod tests {
-    use super::RunqlatSource;
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::exposition::MetricType;
+    use runqlat::RunqlatSource;
+
+    /// Properties every registered probe must have: a new probe is checked
+    /// by registering it.
+    #[test]
+    fn every_probe_is_declared_consistently() {
+        let docs = include_str!("../../../docs/probes.md");
+        let mut names = BTreeSet::new();
+        let mut metrics = BTreeSet::new();
+        for p in ALL {
+            assert!(names.insert(p.name), "{} registered twice", p.name);
+            assert_eq!(p.collector, format!("probe_{}", p.name));
+            assert!(!p.help.is_empty() && !p.modes.is_empty() && !p.map.is_empty());
+            assert!(
+                docs.contains(&format!("\n## {}\n", p.name)),
+                "docs/probes.md has no section `## {}`",
+                p.name
+            );
+            for flag in p.flags {
+                let prefix = format!("probe.{}.", p.name);
+                assert!(
+                    flag.name.starts_with(&prefix),
+                    "{} outside {prefix}",
+                    flag.name
+                );
+                assert!(
+                    docs.contains(&format!("--{}", flag.name)),
+                    "docs/probes.md does not mention --{}",
+                    flag.name
+                );
+                assert!(flag.kind != ProbeFlagKind::Bool || flag.default.is_none());
+                if let Some(d) = flag.default {
+                    ProbeFlagValue::parse(flag, d).unwrap();
+                }
+            }
+            assert!(!p.metrics.is_empty(), "{} declares no metrics", p.name);
+            for m in p.metrics {
+                assert!(metrics.insert(m.name), "{} written by two probes", m.name);
+                assert!(
+                    m.name.starts_with("usescope_")
+                        && m.name
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                    "{}",
+                    m.name
+                );
+                // Prometheus' conventions, as promtool checks them.
+                assert_eq!(
+                    m.name.ends_with("_total"),
+                    m.kind == MetricType::Counter,
+                    "{}: counters, and only counters, end in _total",
+                    m.name
+                );
+                assert!(
+                    docs.contains(m.name),
+                    "docs/probes.md does not name {}",
+                    m.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_and_generic_values() {
+        let s = ProbeSettings::default();
+        assert!(s.enabled.is_empty() && !s.bpf_stats);
+        assert!(!s.switch(runqlat::PER_CPU));
+        assert_eq!(s.number(runqlat::MAX_TASKS), Some(10240));
+        assert_eq!(s.number(runqlat::PID), None, "no default: unset");
+        assert_eq!(s.choice(runqlat::SOURCE), Some("auto"));
+        // A getter of another kind sees nothing.
+        assert_eq!(s.number(runqlat::SOURCE), None);
+        let flag = &runqlat::SPEC.flags[1];
+        assert_eq!(flag.name, runqlat::MAX_TASKS);
+        assert_eq!(ProbeFlagValue::parse(flag, "7"), Ok(ProbeFlagValue::U32(7)));
+        assert!(ProbeFlagValue::parse(flag, "0").is_err());
+    }
 
     #[test]
     fn flags() {
         let c = crate::cli::parse(["usescope"]).unwrap();
-        assert!(!c.probes.runqlat_per_cpu);
-        assert_eq!(c.probes.runqlat_max_tasks, 10240);
-        assert!(!c.probes.drops_protocol_label);
+        assert!(!c.probes.switch(runqlat::PER_CPU));
+        assert_eq!(c.probes.number(runqlat::MAX_TASKS), Some(10240));
+        assert!(!c.probes.switch(drops::PROTOCOL_LABEL));
         assert!(!c.probes.bpf_stats, "opt-in");
-        assert_eq!(c.probes.runqlat_source, RunqlatSource::Auto);
+        assert_eq!(runqlat::source(&c.probes), RunqlatSource::Auto);
         assert_eq!(c.probes.enabled, ["runqlat", "cachestat", "drops"]);
         let c = crate::cli::parse([
             "usescope",
@@ -418,9 +499,9 @@ mod tests {
         ])
         .unwrap();
         assert!(c.probes.bpf_stats);
-        assert!(c.probes.runqlat_per_cpu);
-        assert_eq!(c.probes.runqlat_max_tasks, 64);
-        assert!(c.probes.drops_protocol_label);
+        assert!(c.probes.switch(runqlat::PER_CPU));
+        assert_eq!(c.probes.number(runqlat::MAX_TASKS), Some(64));
+        assert!(c.probes.switch(drops::PROTOCOL_LABEL));
         assert_eq!(c.probes.enabled, ["runqlat", "drops"]);
         let c = crate::cli::parse([
             "usescope",
@@ -441,12 +522,15 @@ mod tests {
                 "reclaim"
             ]
         );
-        assert_eq!(c.probes.runqlat_source, RunqlatSource::LruHash);
+        assert_eq!(runqlat::source(&c.probes), RunqlatSource::LruHash);
         let c = crate::cli::parse(["usescope", "--probe.runqlat.source=task-storage"]).unwrap();
-        assert_eq!(c.probes.runqlat_source, RunqlatSource::TaskStorage);
-        assert_eq!(c.probes.runqlat_pid, 0, "every task by default");
+        assert_eq!(runqlat::source(&c.probes), RunqlatSource::TaskStorage);
+        assert_eq!(c.probes.number(runqlat::PID), None, "every task by default");
         let c = crate::cli::parse(["usescope", "--probe.runqlat.pid=42"]).unwrap();
-        assert_eq!(c.probes.runqlat_pid, 42);
+        assert_eq!(c.probes.number(runqlat::PID), Some(42));
+        let c = crate::cli::parse(["usescope", "--probe.cachestat.pid=7"]).unwrap();
+        assert_eq!(c.probes.number(cachestat::PID), Some(7));
+        assert!(crate::cli::parse(["usescope", "--probe.cachestat.pid=0"]).is_err());
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.pid=0"]).is_err());
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.source=hash"]).is_err());
         let c =

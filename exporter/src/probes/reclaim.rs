@@ -20,12 +20,23 @@ use super::layout::{
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuStruct;
-use super::{Kernel, Loaded, ProbeSettings};
+use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
 
-pub const COLLECTOR: &str = "probe_reclaim";
+pub const SPEC: ProbeSpec = ProbeSpec {
+    name: "reclaim",
+    help: "Direct-reclaim (global, memcg) and compaction stall latency histograms (vmscan and compaction tracepoints); off by default, though it only runs when a task stalls",
+    default_enabled: false,
+    collector: "probe_reclaim",
+    modes: MODES,
+    map: MAP,
+    flags: &[],
+    metrics: &[&RECLAIM, &COMPACTION],
+    load,
+    build: collector,
+};
 
 const RECLAIM: Desc = Desc::histogram(
     "usescope_direct_reclaim_seconds",

@@ -20,12 +20,86 @@ use super::layout::{LOG2_HIST_BUCKETS, RUNQLAT_MISSED_WORD, RUNQLAT_SUM_WORD, Ru
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuStruct;
-use super::{Kernel, Loaded, ProbeSettings, RunqlatSource};
+use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder, u64_label};
 
-pub const COLLECTOR: &str = "probe_runqlat";
+pub const SPEC: ProbeSpec = ProbeSpec {
+    name: "runqlat",
+    help: "Run-queue latency histogram (sched tracepoints)",
+    default_enabled: true,
+    collector: "probe_runqlat",
+    modes: MODES,
+    map: MAP,
+    flags: &[
+        ProbeFlag {
+            name: PER_CPU,
+            help: "Add a cpu label to the run-queue latency histogram (one histogram per CPU)",
+            kind: ProbeFlagKind::Bool,
+            default: None,
+            value_name: None,
+        },
+        ProbeFlag {
+            name: MAX_TASKS,
+            help: "Size of the runqlat start-time map when it is the LRU hash (kernels without sched_info and task storage, or --probe.runqlat.source=lru-hash): runnable tasks tracked at once",
+            kind: ProbeFlagKind::U32 { min: 1 },
+            default: Some("10240"),
+            value_name: None,
+        },
+        ProbeFlag {
+            name: SOURCE,
+            help: "Where runqlat's latencies come from: auto (the scheduler's own run_delay where the kernel keeps it, else timed from wakeups with task-local storage, else with an LRU hash), task-storage or lru-hash (timed from wakeups, to compare)",
+            kind: ProbeFlagKind::Choice(&["auto", "task-storage", "lru-hash"]),
+            default: Some("auto"),
+            value_name: None,
+        },
+        ProbeFlag {
+            name: PID,
+            help: "Measure the run-queue latency of this one process's threads only (its pid as the host sees it), as bcc's runqlat -p; default: every task",
+            kind: ProbeFlagKind::U32 { min: 1 },
+            default: None,
+            value_name: Some("PID"),
+        },
+    ],
+    metrics: &[&LATENCY, &MISSED],
+    load,
+    build: collector,
+};
+
+/// `--probe.runqlat.per-cpu`: a `cpu` label on the latency histogram.
+pub const PER_CPU: &str = "probe.runqlat.per-cpu";
+/// `--probe.runqlat.max-tasks`: entries of the LRU start-time map.
+pub const MAX_TASKS: &str = "probe.runqlat.max-tasks";
+/// `--probe.runqlat.source`: which design runqlat loads (the others are
+/// fallbacks; forcing one compares them).
+pub const SOURCE: &str = "probe.runqlat.source";
+/// `--probe.runqlat.pid`: only this process's tasks (unset: all).
+pub const PID: &str = "probe.runqlat.pid";
+
+const DEFAULT_MAX_TASKS: u32 = 10240;
+
+/// `--probe.runqlat.source`: where runqlat's latencies come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunqlatSource {
+    /// The scheduler's run_delay where the kernel keeps it, else wakeups
+    /// with task storage, else wakeups with the LRU hash.
+    Auto,
+    /// Timed from wakeups, start times in task-local storage (else the
+    /// LRU hash).
+    TaskStorage,
+    /// Timed from wakeups, start times in the LRU hash.
+    LruHash,
+}
+
+/// The design `--probe.runqlat.source` asks for.
+pub fn source(settings: &ProbeSettings) -> RunqlatSource {
+    match settings.choice(SOURCE) {
+        Some("task-storage") => RunqlatSource::TaskStorage,
+        Some("lru-hash") => RunqlatSource::LruHash,
+        _ => RunqlatSource::Auto,
+    }
+}
 
 const LATENCY: Desc = Desc::histogram(
     "usescope_runqueue_latency_seconds",
@@ -84,8 +158,8 @@ const VALUE_SIZE: usize = size_of::<RunqlatHist>();
 /// kernel takes ([`MODES`] order), or the one `--probe.runqlat.source`
 /// forces. Each fallback logs why the better one was refused.
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
-    let max_tasks = settings.runqlat_max_tasks;
-    let pid = settings.runqlat_pid;
+    let max_tasks = settings.number(MAX_TASKS).unwrap_or(DEFAULT_MAX_TASKS);
+    let pid = settings.number(PID).unwrap_or(0);
     let lru = || {
         loader::load_and_attach("runqlat_lru", &kernel.btf, LRU_MODES, |l| {
             l.map_max_entries("us_rq_start", max_tasks);
@@ -107,7 +181,7 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
             l.override_global("target_tgid", &pid, true);
         })
     };
-    let first: &[&dyn Fn() -> Result<Loaded, ProbeError>] = match settings.runqlat_source {
+    let first: &[&dyn Fn() -> Result<Loaded, ProbeError>] = match source(settings) {
         RunqlatSource::Auto => &[&sched_info, &task_storage, &lru],
         RunqlatSource::TaskStorage => &[&task_storage, &lru],
         RunqlatSource::LruHash => &[&lru],
@@ -151,7 +225,7 @@ pub fn collector(
 ) -> Result<Box<dyn Collector>, String> {
     Ok(Box::new(RunqlatCollector {
         hist: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
-        per_cpu: settings.runqlat_per_cpu,
+        per_cpu: settings.switch(PER_CPU),
         slots: [0; LOG2_HIST_BUCKETS + 1],
         buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
     }))

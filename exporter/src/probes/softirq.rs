@@ -17,12 +17,23 @@ use super::layout::{
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::log2_hist::{self, Slots};
 use super::percpu::PerCpuStruct;
-use super::{Kernel, Loaded, ProbeSettings};
+use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder, u64_label};
 
-pub const COLLECTOR: &str = "probe_softirq";
+pub const SPEC: ProbeSpec = ProbeSpec {
+    name: "softirq",
+    help: "Softirq time and entries per CPU and vector, raise-to-entry latency histogram (softirq tracepoints); off by default: three program runs per softirq",
+    default_enabled: false,
+    collector: "probe_softirq",
+    modes: MODES,
+    map: MAP,
+    flags: &[],
+    metrics: &[&SECONDS, &ENTRIES, &LATENCY],
+    load,
+    build: collector,
+};
 
 /// The vectors in kernel order (`enum { HI_SOFTIRQ, ... }`), named as the
 /// rows of /proc/softirqs. The order has been fixed since 4.5.
