@@ -1062,6 +1062,34 @@ mod tests {
     }
 
     #[test]
+    fn vanished_errors_and_gone_devices() {
+        let e = |n| io::Error::from_raw_os_error(n);
+        assert_eq!(vanished(&e(libc::ENOENT)), Some(Vanished::NotFound));
+        assert_eq!(vanished(&e(libc::ENOTDIR)), Some(Vanished::NotFound));
+        assert_eq!(vanished(&e(libc::ENODEV)), Some(Vanished::NoDevice));
+        assert_eq!(vanished(&e(libc::ENXIO)), Some(Vanished::NoDevice));
+        for other in [libc::EIO, libc::EINVAL, libc::EACCES, libc::EBUSY] {
+            assert_eq!(vanished(&e(other)), None, "{other}");
+        }
+        assert_eq!(vanished(&io::Error::other("x")), None);
+        let dir = tree(&[("file", b"")]);
+        let device = dir.path().join("dev0");
+        std::fs::create_dir(&device).unwrap();
+        assert!(!Vanished::NotFound.device_gone(&device));
+        assert!(Vanished::NoDevice.device_gone(&device));
+        // A link to a directory that is gone, as a class entry whose device
+        // was removed; a file is there, not gone.
+        std::os::unix::fs::symlink("nowhere", dir.path().join("dev1")).unwrap();
+        assert!(Vanished::NotFound.device_gone(&dir.path().join("dev1")));
+        assert!(Vanished::NotFound.device_gone(&dir.path().join("dev2")));
+        assert!(!Vanished::NotFound.device_gone(&dir.path().join("file")));
+        // A read of a missing attribute is absent, not a gone device.
+        let mut f = SourceFile::attribute(&device, "mtu");
+        assert!(matches!(f.read(), Ok(Read::Absent)));
+        assert!(!f.device_gone());
+    }
+
+    #[test]
     fn attribute_budget_is_bounded() {
         assert!(attribute_fd_budget() <= 512);
         assert!(attribute_fd_budget() >= 1);

@@ -333,7 +333,7 @@ impl BcachefsCollector {
             self.push("btree_writes_total", "Number of btree writes by type.", Counter, &l, count as f64);
             self.push("btree_write_average_size_bytes", "Average btree write size by type.", Gauge, &l, size as f64);
         }
-        for entry in entries(&dir, true)? {
+        for entry in entries(dir, true)? {
             let Some(device) = entry.strip_prefix("dev-") else {
                 continue;
             };

@@ -454,4 +454,25 @@ node_cpu_scaling_governor{cpu=\"1\",governor=\"powersave\"} 1
         std::fs::remove_file(cpu.join("offline")).unwrap();
         assert!(render(build(&s).as_mut()).is_err());
     }
+
+    /// A CPU taken offline after `offline` was read (its policy answers
+    /// EBUSY) or hot-removed (its `cpufreq` gone) is left out; a file that
+    /// is missing from a CPU that is there still fails.
+    #[test]
+    fn a_cpu_that_went_away_is_left_out() {
+        let ebusy = freq_error(Path::new("x"), std::io::Error::from_raw_os_error(libc::EBUSY));
+        assert!(matches!(ebusy, DeviceError::Vanishing(_, Vanished::NoDevice)));
+        let dir = tempfile::tempdir().unwrap();
+        let freq = dir.path().join("cpu1/cpufreq");
+        let enc_buf = &mut Vec::new();
+        let enc = Encoder::new(enc_buf, Format::PrometheusText);
+        let mut families = Families::default();
+        let read = read_cpu(&mut families, &freq, "1", &mut None, &enc);
+        settle(&mut families, 0, &freq, read).unwrap();
+        assert!(families.is_empty());
+        std::fs::create_dir_all(&freq).unwrap();
+        let read = read_cpu(&mut families, &freq, "1", &mut None, &enc);
+        let e = settle(&mut families, 0, &freq, read).unwrap_err();
+        assert!(e.file.ends_with("cpufreq/scaling_available_governors"), "{e}");
+    }
 }

@@ -181,6 +181,7 @@ impl Collector for EdacCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collectors::sysfs::gone_device;
     use crate::collectors::test_support::{fixture, render};
 
     #[test]
@@ -219,5 +220,25 @@ mod tests {
         let s = Settings::with_roots("/nonexistent", dir.path());
         let e = render(build(&s).as_mut()).unwrap_err();
         assert!(e.file.ends_with("mc1/ce_count"), "{e}");
+    }
+
+    /// A memory controller removed after the listing (its driver unloaded)
+    /// is left out; one that is there without `ce_count` still fails.
+    #[test]
+    fn a_controller_that_went_away_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let mc = dir.path().join("devices/system/edac/mc");
+        std::fs::create_dir_all(mc.join("mc0")).unwrap();
+        for f in ["ce_count", "ce_noinfo_count", "ue_count", "ue_noinfo_count"] {
+            std::fs::write(mc.join("mc0").join(f), "2\n").unwrap();
+        }
+        gone_device(&mc, "mc9");
+        let s = Settings::with_roots("/nonexistent", dir.path());
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(out.contains("node_edac_correctable_errors_total{controller=\"0\"} 2\n"), "{out}");
+        assert!(!out.contains("controller=\"9\""), "{out}");
+        std::fs::remove_file(mc.join("mc0/ce_count")).unwrap();
+        let e = render(build(&s).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("mc0/ce_count"), "{e}");
     }
 }

@@ -529,6 +529,7 @@ impl Collector for HwmonCollector {
 mod tests {
     use super::*;
     use crate::collectors::FlagValue;
+    use crate::collectors::sysfs::gone_device;
     use crate::collectors::test_support::{fixture, render};
 
     #[test]
@@ -615,5 +616,36 @@ mod tests {
         assert!(!out.contains("sensor=\"fan1\""));
         let absent = Settings::with_roots("/nonexistent", "/nonexistent-usescope");
         assert_eq!(render(build(&absent).as_mut()).unwrap(), "");
+    }
+
+    /// A chip unbound after class/hwmon was listed: listing its directory
+    /// fails with ENOENT, and the chip is left out, with nothing pushed. A
+    /// chip entry that is there but is not a directory still fails.
+    #[test]
+    fn a_chip_that_went_away_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("class/hwmon");
+        gone_device(&class, "hwmon9");
+        std::fs::write(class.join("hwmon8"), "").unwrap();
+        let s = Settings::with_roots("/nonexistent", dir.path());
+        let mut c = HwmonCollector {
+            class: class.clone(),
+            chip_include: None,
+            chip_exclude: None,
+            sensor_include: None,
+            sensor_exclude: None,
+            listing: DirListing::of_devices(),
+            families: Families::default(),
+        };
+        let gone = class.join("hwmon9");
+        let read = c.chip(&gone, "hwmon9");
+        assert!(matches!(read, Err(DeviceError::Vanishing(..))), "{read:?}");
+        settle(&mut c.families, 0, &gone, read).unwrap();
+        assert!(c.families.is_empty());
+        let file = class.join("hwmon8");
+        let read = c.chip(&file, "hwmon8");
+        assert!(settle(&mut c.families, 0, &file, read).is_err());
+        // The collector skips both (neither is a directory when listed).
+        assert_eq!(render(build(&s).as_mut()).unwrap(), "");
     }
 }

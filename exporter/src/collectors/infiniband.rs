@@ -401,6 +401,7 @@ impl Collector for InfiniBandCollector {
 mod tests {
     use super::*;
     use crate::collectors::FlagValue;
+    use crate::collectors::sysfs::gone_device;
     use crate::collectors::test_support::{fixture, render};
 
     #[test]
@@ -477,5 +478,27 @@ mod tests {
         let s = Settings::with_roots("/nonexistent", dir.path());
         let e = render(build(&s).as_mut()).unwrap_err();
         assert!(e.file.ends_with("ports/1/state"), "{e}");
+    }
+
+    /// A device removed after class/infiniband was listed is left out; one
+    /// that is there without `fw_ver` still fails, as in node_exporter.
+    #[test]
+    fn a_device_that_went_away_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("class/infiniband");
+        let port = class.join("mlx5_0/ports/1");
+        std::fs::create_dir_all(&port).unwrap();
+        std::fs::write(class.join("mlx5_0/fw_ver"), "16.35.2000\n").unwrap();
+        for (f, v) in [("link_layer", "Ethernet"), ("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "100 Gb/sec (4X EDR)")] {
+            std::fs::write(port.join(f), format!("{v}\n")).unwrap();
+        }
+        gone_device(&class, "mlx5_9");
+        let s = Settings::with_roots("/nonexistent", dir.path());
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(out.contains("node_infiniband_state_id{device=\"mlx5_0\",port=\"1\"} 4\n"), "{out}");
+        assert!(!out.contains("mlx5_9"), "{out}");
+        std::fs::remove_file(class.join("mlx5_0/fw_ver")).unwrap();
+        let e = render(build(&s).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("mlx5_0/fw_ver"), "{e}");
     }
 }

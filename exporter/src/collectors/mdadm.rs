@@ -388,7 +388,10 @@ impl MdSys {
             let out = &mut self.raid_disks;
             match self.raid_disks_file.parse_with(|t| parse_raid_disks_into(t, out)) {
                 Ok(_) => {}
-                Err(_) if self.raid_disks_file.device_gone() => return Ok(self.gone()),
+                Err(_) if self.raid_disks_file.device_gone() => {
+                    self.gone();
+                    return Ok(());
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -399,7 +402,10 @@ impl MdSys {
             let mut v = 0;
             match self.degraded_file.parse_with(|t| u64_sysctl_into(t, &mut v)) {
                 Ok(read) => self.degraded = read.map(|()| v),
-                Err(_) if self.degraded_file.device_gone() => return Ok(self.gone()),
+                Err(_) if self.degraded_file.device_gone() => {
+                    self.gone();
+                    return Ok(());
+                }
                 Err(e) => return Err(e),
             }
         } else {

@@ -182,6 +182,7 @@ impl Collector for NvmeCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collectors::sysfs::gone_device;
     use crate::collectors::test_support::{fixture, render};
 
     #[test]
@@ -205,5 +206,32 @@ mod tests {
         }
         let absent = Settings::with_roots("/nonexistent", "/nonexistent-usescope");
         assert_eq!(render(build(&absent).as_mut()).unwrap(), "");
+    }
+
+    /// A controller hot-removed, or a namespace detached, after the listing
+    /// named it is left out; a controller that is there without its
+    /// `model` still fails the collector, as in node_exporter.
+    #[test]
+    fn a_controller_or_namespace_that_went_away_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("class/nvme");
+        let ctl = class.join("nvme0");
+        std::fs::create_dir_all(ctl.join("nvme0n1/queue")).unwrap();
+        for (f, v) in [("firmware_rev", "1"), ("model", "m"), ("serial", "s"), ("state", "live"), ("cntlid", "1")] {
+            std::fs::write(ctl.join(f), v).unwrap();
+        }
+        for (f, v) in [("nuse", "1"), ("size", "2"), ("queue/logical_block_size", "512")] {
+            std::fs::write(ctl.join("nvme0n1").join(f), v).unwrap();
+        }
+        gone_device(&class, "nvme9");
+        gone_device(&ctl, "nvme0n2");
+        let s = Settings::with_roots("/nonexistent", dir.path());
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(out.contains("node_nvme_namespace_size_bytes{device=\"nvme0\",nsid=\"1\"} 1024\n"), "{out}");
+        assert!(out.contains("node_nvme_info{cntlid=\"1\",device=\"nvme0\""), "{out}");
+        assert!(!out.contains("nvme9") && !out.contains("nsid=\"2\""), "{out}");
+        std::fs::remove_file(ctl.join("model")).unwrap();
+        let e = render(build(&s).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("nvme0/model"), "{e}");
     }
 }

@@ -409,6 +409,7 @@ impl Collector for PowerSupplyCollector {
 mod tests {
     use super::*;
     use crate::collectors::FlagValue;
+    use crate::collectors::sysfs::gone_device;
     use crate::collectors::test_support::{fixture, render};
 
     #[test]
@@ -525,5 +526,25 @@ node_power_supply_voltage_volt{power_supply=\"BAT0\"} 12.229
         );
         let e = render(build(&s).as_mut()).unwrap_err();
         assert!(e.file.ends_with("BAT1/voltage_avg"), "{e}");
+    }
+
+    /// A supply unplugged after class/power_supply was listed (its entry
+    /// names a directory that is gone) is left out; one whose entry cannot
+    /// be listed while it is there still fails the collector.
+    #[test]
+    fn a_supply_that_went_away_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("class/power_supply");
+        std::fs::create_dir_all(class.join("AC")).unwrap();
+        std::fs::write(class.join("AC/online"), "1\n").unwrap();
+        gone_device(&class, "BAT9");
+        let s = Settings::with_roots("/nonexistent", dir.path());
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(out.contains("node_power_supply_online{power_supply=\"AC\"} 1\n"), "{out}");
+        assert!(!out.contains("BAT9"), "{out}");
+        std::fs::remove_file(class.join("BAT9")).unwrap();
+        std::fs::write(class.join("BAT9"), "").unwrap();
+        let e = render(build(&s).as_mut()).unwrap_err();
+        assert!(e.file.ends_with("power_supply/BAT9"), "{e}");
     }
 }

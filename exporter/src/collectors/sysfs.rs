@@ -326,6 +326,16 @@ impl Families {
     }
 }
 
+/// Makes `name` in the class directory `class` a device that went away
+/// after a listing named it: a class entry (a link, as in sysfs) to a
+/// device directory that is gone, so every read under it fails with
+/// ENOENT, as in the moment between a device's removal and its entry's.
+#[cfg(test)]
+pub(crate) fn gone_device(class: &Path, name: &str) {
+    std::fs::create_dir_all(class).unwrap();
+    std::os::unix::fs::symlink(format!("../../devices/gone/{name}"), class.join(name)).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +367,48 @@ mod tests {
             "# HELP a A.\n# TYPE a counter\na 1\n# HELP b B.\n# TYPE b gauge\nb{x=\"1\"} 1\nb{x=\"2\"} 2\n"
         );
         assert!(f.is_empty());
+    }
+
+    /// The rule every collector of a class follows for a device that
+    /// went away: left out with its samples; any other failure, and a
+    /// missing file of a device that is still there, fail as before.
+    #[test]
+    fn a_device_that_went_away_is_left_out_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("class/thing");
+        let present = class.join("thing0");
+        std::fs::create_dir_all(&present).unwrap();
+        gone_device(&class, "thing1");
+        let gone = class.join("thing1");
+        let mut f = Families::default();
+        f.push("a", "A.", MetricType::Gauge, &[], 1.0);
+        let read_gone = |f: &mut Families| {
+            f.push("b", "B.", MetricType::Gauge, &[], 2.0);
+            read_trimmed(&gone.join("value")).map(drop).map_err(|e| io_error(&gone, e))
+        };
+        let mark = f.len();
+        let r = read_gone(&mut f);
+        assert!(matches!(r, Err(DeviceError::Vanishing(_, Vanished::NotFound))), "{r:?}");
+        settle(&mut f, mark, &gone, r).unwrap();
+        assert_eq!(f.len(), 1, "the gone device's sample is taken back");
+
+        // Missing on a device that is there: an error, as before.
+        let path = present.join("value");
+        let e = io_error(&path, read_raw(&path).unwrap_err());
+        let e = settle(&mut f, 1, &present, Err(e)).unwrap_err();
+        assert!(e.file.ends_with("thing0/value"), "{e}");
+        // ENODEV and ENXIO: the device is gone, wherever its directory is.
+        for errno in [libc::ENODEV, libc::ENXIO] {
+            let e = io_error(&path, io::Error::from_raw_os_error(errno));
+            assert!(e.settle(&present).is_ok());
+        }
+        // Anything else fails, gone directory or not.
+        for errno in [libc::EIO, libc::EBUSY, libc::EACCES] {
+            let e = io_error(&path, io::Error::from_raw_os_error(errno));
+            assert!(e.settle(&gone).is_err(), "errno {errno}");
+        }
+        let parse = DeviceError::from(CollectError::parse(&path, 1, "bad"));
+        assert!(parse.settle(&gone).is_err());
     }
 
     #[test]

@@ -159,6 +159,7 @@ impl Collector for TapestatsCollector {
 mod tests {
     use super::*;
     use crate::collectors::FlagValue;
+    use crate::collectors::sysfs::gone_device;
     use crate::collectors::test_support::{fixture, render};
 
     #[test]
@@ -212,5 +213,20 @@ mod tests {
         std::fs::remove_dir_all(&stats).unwrap();
         let e = render(build(&s).as_mut()).unwrap_err();
         assert!(e.file.ends_with("st4/stats"), "{e}");
+    }
+
+    /// A drive removed after class/scsi_tape was listed is left out (a
+    /// drive that is there without `stats/` fails: see above).
+    #[test]
+    fn a_drive_that_went_away_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("class/scsi_tape");
+        std::fs::create_dir_all(class.join("st0/stats")).unwrap();
+        std::fs::write(class.join("st0/stats/write_cnt"), "3\n").unwrap();
+        gone_device(&class, "st9");
+        let s = Settings::with_roots("/nonexistent", dir.path());
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(out.contains("node_tape_writes_completed_total{device=\"st0\"} 3\n"), "{out}");
+        assert!(!out.contains("st9"), "{out}");
     }
 }
