@@ -12,22 +12,28 @@
 //! A file is taken or skipped whole. It is skipped, with
 //! `node_textfile_scrape_error 1` and one log line naming the file (and the
 //! line, where there is one), when it cannot be read (not a regular file,
-//! over [`crate::source::MAX_FILE_BYTES`], not valid UTF-8), does not parse,
-//! carries client-side timestamps (node_exporter skips those files too), or
-//! conflicts with what is already exported: a family with another TYPE or
-//! another HELP in an earlier file, a series an earlier file (or the same
-//! file) already has, a histogram/summary whose `_sum`/`_count`/`_bucket`
-//! names collide with another family, or a family a built-in collector
-//! exports. Files are taken in the order of the flags and, within a
-//! directory, by name, so the earlier file wins a conflict. The other files
-//! and every other collector are unaffected.
+//! over [`crate::source::MAX_FILE_BYTES`], not valid UTF-8; as root, a
+//! symbolic link or another owner's file than the directory's: `open_at`),
+//! does not parse (also: more than [`MAX_LABEL_NAMES`] label names in a
+//! family, more than [`MAX_LABEL_PAIRS_PER_BYTE`] label pairs written per
+//! byte), carries client-side timestamps (node_exporter skips those files
+//! too), or conflicts with what is already exported: a family with another
+//! TYPE or another HELP in an earlier file, a series an earlier file (or the
+//! same file) already has, two families that would write one name in either
+//! format (`occupied`: a counter `x` and a gauge `x_total`, a summary `s`
+//! and a family `s_count`), or a family that would write a name a built-in
+//! collector or the daemon itself writes. Files are taken in the order of
+//! the flags and, within a directory, by name, so the earlier file wins a
+//! conflict. The other files and every other collector are unaffected.
 //!
 //! Bounds: at most [`MAX_FILES`] `*.prom` files and [`MAX_TOTAL_BYTES`] of
 //! them per scrape; files past either bound are skipped as errors.
 //!
 //! Cost: a file is read and parsed only when its (device, inode, size,
 //! mtime, ctime) changes; otherwise a scrape stats it and re-encodes the
-//! parsed families kept from the last read.
+//! parsed families kept from the last read. A parse is linear in the file
+//! (but for its sorts). After a large parse is let go of, its memory is
+//! handed back (`TRIM_AFTER_BYTES`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
