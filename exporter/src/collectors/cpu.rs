@@ -642,10 +642,12 @@ impl CpuCollector {
         let mut first = true;
         for cpu in &mut self.sys_cpus {
             let mut on = false;
-            let present = cpu
-                .online
-                .parse_with(|t| parse_online_into(t, &mut on))?
-                .is_some();
+            let present = match cpu.online.parse_with(|t| parse_online_into(t, &mut on)) {
+                Ok(read) => read.is_some(),
+                // Hot-removed since the listing: left out.
+                Err(_) if cpu.online.device_gone() => continue,
+                Err(e) => return Err(e),
+            };
             if first && !present {
                 return Ok(());
             }
