@@ -175,7 +175,7 @@ pub enum Vanished {
     NotFound,
     /// ENODEV or ENXIO: the device is gone or going. sysfs answers ENODEV
     /// for a file removed while it was open, and for the attributes of a
-    /// network interface being unregistered (Linux 6.13+).
+    /// network interface being unregistered (recent kernels; seen on 6.18).
     NoDevice,
 }
 

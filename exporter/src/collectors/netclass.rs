@@ -15,12 +15,12 @@
 //! link's `carrier`): its series is left out, which is what node_exporter
 //! does, and is not a failure. An interface deleted while it is read
 //! answers ENODEV (sysfs removed the file under an open descriptor, or,
-//! since Linux 6.13, `carrier`, `speed`, `duplex`, ... of an interface
-//! being unregistered): that interface is left out of the scrape, where
-//! node_exporter fails the collector, which on a host that starts and
-//! stops containers cost every interface's series. Anything else that
-//! cannot be read, or that does not parse, fails the collector naming the
-//! file.
+//! on recent kernels (seen on 6.18), `carrier`, `speed`, `duplex`, ... of
+//! an interface being unregistered): that interface is left out of the
+//! scrape, where node_exporter fails the collector, which on a host that
+//! starts and stops containers cost every interface's series. Anything
+//! else that cannot be read, or that does not parse, fails the collector
+//! naming the file.
 //!
 //! Cost: 22 small files per interface. Their descriptors are kept and
 //! re-read with pread (0.55 µs each against 7 µs for an open, measured on
