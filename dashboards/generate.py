@@ -4,10 +4,13 @@
     dashboards/generate.py            # rewrite dashboards/*.json
     dashboards/generate.py --check    # exit 1 if a checked-in file is stale
 
-One script keeps the three dashboards consistent: the same template
-variables (datasource, job, instance), the same links between them, stable
-uids, a unit and a "what bad looks like" description on every panel.
-Every query selects `{job="$job", instance="$instance"}` through SEL.
+One script keeps the dashboards consistent: the same template variables
+(datasource, job, instance), the same links between them, stable uids, a
+unit and a "what bad looks like" description on every panel. Every query
+of the three per-host dashboards selects `{job="$job", instance="$instance"}`
+through SEL; the fleet overview has no instance variable and reads one
+series per host (FLEET_SIGNALS, checked against the hosts' own scrapes by
+tests/fleet).
 
 The panels are built with Grafana's own builder library,
 grafana-foundation-sdk, at the version pinned in requirements.txt (its
@@ -77,6 +80,7 @@ UIDS = {
     "overview": "usescope-overview",
     "kernel": "usescope-kernel",
     "ebpf": "usescope-ebpf",
+    "fleet": "usescope-fleet",
 }
 
 
@@ -303,7 +307,7 @@ PROMETHEUS_ANNOTATION_FIELDS = {
 }
 
 
-def dashboard(key, title, description, layout):
+def dashboard(key, title, description, layout, variables_list=None, annotation_list=None):
     d = (
         db.Dashboard(title)
         .uid(UIDS[key])
@@ -318,7 +322,7 @@ def dashboard(key, title, description, layout):
         .fiscal_year_start_month(0)
         .live_now(False)
         .week_start("")
-        .annotations(annotations())
+        .annotations(annotations() if annotation_list is None else annotation_list)
         .link(db.DashboardLink("usescope dashboards")
               .type(dm.DashboardLinkType.DASHBOARDS)
               .tags(["usescope"])
@@ -329,7 +333,7 @@ def dashboard(key, title, description, layout):
               .icon("external link")
               .tooltip("")
               .url(""))
-        .variables(variables())
+        .variables(variables() if variables_list is None else variables_list)
     )
     for kind, item in layout.items:
         if kind == "row":
@@ -692,7 +696,118 @@ def ebpf():
                      "What /proc cannot show: run-queue latency, page-cache hits and misses, packet drops by reason, and the probes' own status and cost.", L)
 
 
-BUILDERS = {"usescope-overview.json": overview, "usescope-kernel.json": kernel, "usescope-ebpf.json": ebpf}
+# The fleet overview reads one series per host: the shards' recording rules
+# (alerts/usescope-rules.yml), not the raw per-CPU or per-device series, and
+# has no per-host variable, so it loads as fast at 1,000 hosts as at 10.
+FLEET_SEL = 'job="$job"'
+
+# (title, description, unit, per-host expression, bad threshold or None).
+# Each expression gives one series per host (labels instance and job);
+# tests/fleet computes each from the hosts' own scrapes and compares.
+FLEET_SIGNALS = [
+    ("CPU busy", "Share of CPU time busy (not idle, iowait or steal), averaged over the host's CPUs. Bad: 90% and more.",
+     "percentunit", f'instance:node_cpu_utilisation:rate5m{{{FLEET_SEL}}}', 0.9),
+    ("CPU saturated", "1-minute load average per CPU. Bad: 1 and more (tasks wait for a CPU or for I/O).",
+     "short", f'instance:node_load1_per_cpu:ratio{{{FLEET_SEL}}}', 1),
+    ("iowait, worst CPU", "iowait of each host's busiest CPU: one stuck CPU hides behind the average. Bad: above 50% (HighIOWait pages when a disk is busy too).",
+     "percentunit", f'max by (instance, job) (instance_cpu:node_cpu_iowait:rate5m{{{FLEET_SEL}}})', 0.5),
+    ("Memory used", "1 - MemAvailable / MemTotal. Bad: 90% and more; check the zone watermarks on the host.",
+     "percentunit", f'instance:node_memory_utilisation:ratio{{{FLEET_SEL}}}', 0.9),
+    ("Busiest disk", "Utilisation of each host's busiest disk (share of time with I/O in flight). Bad: 80% and more.",
+     "percentunit", f'instance:node_disk_io_time_seconds:max_rate5m{{{FLEET_SEL}}}', 0.8),
+    ("Conntrack used", "Connection-tracking table use. Bad: 90% and more (ConntrackTableFull pages); at 100% new flows are dropped.",
+     "percentunit", f'instance:node_nf_conntrack_entries:ratio{{{FLEET_SEL}}}', 0.9),
+    ("Fullest filesystem", "Used share of each host's fullest writable filesystem. Bad: 95% and more (FilesystemAlmostOutOfSpace).",
+     "percentunit", f'max by (instance, job) (1 - node_filesystem_avail_bytes{{{FLEET_SEL}, fstype!=""}} / (node_filesystem_size_bytes{{{FLEET_SEL}, fstype!=""}} > 0))', 0.95),
+    ("Failing collectors", "Collectors whose last scrape failed on the host (errors: their series are missing). Bad: any.",
+     "short", f'count by (instance, job) (node_scrape_collector_success{{{FLEET_SEL}}} == 0)', 1),
+    ("Network throughput", "Bytes per second received and sent, all interfaces but loopback. /proc has no link speed: compare with the NIC's line rate.",
+     "Bps", f'sum by (instance, job) (instance_device:node_network_receive_bytes:rate5m{{{FLEET_SEL}}} + instance_device:node_network_transmit_bytes:rate5m{{{FLEET_SEL}}})', None),
+]
+FLEET_TOP = 10
+FLEET_PAGING = f'ALERTS{{{FLEET_SEL}, alertstate="firing", severity="page"}}'
+
+
+def hosts_over(expr, threshold):
+    """The number of hosts whose value is at or above the threshold; 0 (not
+    "No data") when there are none."""
+    return f"count({expr} >= {threshold}) or vector(0)"
+
+
+def host_link():
+    """A table cell's link to the per-host USE overview of its row's host."""
+    return (db.DashboardLink("USE overview of ${__data.fields.instance}")
+            .type(dm.DashboardLinkType.LINK)
+            .url(f"/d/{UIDS['overview']}/?var-datasource=${{datasource}}&var-job=${{__data.fields.job}}"
+                 "&var-instance=${__data.fields.instance}&${__url_time_range}")
+            .tooltip("")
+            .icon("external link")
+            .as_dropdown(False)
+            .include_vars(False)
+            .keep_time(True)
+            .target_blank(False)
+            .tags([]))
+
+
+def fleet_table(title, description, unit, expr):
+    """An instant table of hosts (instance, job, value) whose rows link to
+    the host's own dashboard."""
+    return (
+        tb.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .show_header(True)
+        .data_links([host_link()])
+        .with_transformation(dm.DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True, "__name__": True}, "renameByName": {"Value": title}},
+        ))
+        .sort_by([cb.TableSortByFieldState().display_name(title).desc(True)])
+        .targets([target(expr, fmt="table", instant=True)])
+    )
+
+
+def fleet():
+    L = Layout()
+    L.row("Fleet")
+    L.add(stat("Hosts up", "Hosts whose last scrape succeeded.", "none",
+               f'count(up{{{FLEET_SEL}}} == 1) or vector(0)', thresholds(base="green")), w=6, h=4)
+    L.add(stat("Hosts down", "Hosts whose last scrape failed (up == 0). Bad: any: their alerts cannot fire.", "none",
+               f'count(up{{{FLEET_SEL}}} == 0) or vector(0)', thresholds((1, "red"))), w=6, h=4)
+    L.add(stat("Scrape shards answering", "Shards (the `shard` external label of deploy/fleet) with data in the query layer. Bad: fewer than you run: a dead shard's hosts are missing everywhere, and the query layer warns of a partial response.",
+               "none", f'count(count by (shard) (up{{{FLEET_SEL}}}))', thresholds(base="blue")), w=6, h=4)
+    L.add(stat("Hosts paging", "Hosts with a page-severity alert firing now.", "none",
+               f"count(count by (instance, job) ({FLEET_PAGING})) or vector(0)", thresholds((1, "red"))), w=6, h=4)
+
+    L.row("Hosts per USE state")
+    counted = [(t, d, u, e, thr) for t, d, u, e, thr in FLEET_SIGNALS if thr is not None]
+    for title, desc, unit, expr, thr in counted:
+        shown = f"{thr:.0%}" if unit == "percentunit" else f"{thr:g}"
+        L.add(stat(f"{title} ≥ {shown}", f"Hosts at or above the bad threshold. {desc}", "none",
+                   hosts_over(expr, thr), thresholds((1, "red"))), w=3, h=4)
+    L.add(timeseries("Hosts in a bad state, over time",
+        "The counts above over time: how many hosts were past each threshold. Bad: any line above zero; a step up across many hosts at once is a fleet-wide cause (a deploy, a noisy neighbour, a shared backend).",
+        "none", targets(*[(hosts_over(e, thr), t) for t, _, _, e, thr in counted]), minimum=0), 24, 8)
+
+    L.row(f"Top {FLEET_TOP} hosts per resource (click a host for its USE overview)")
+    for title, desc, unit, expr, _ in FLEET_SIGNALS:
+        L.add(fleet_table(title, desc, unit, f"topk({FLEET_TOP}, {expr})"), 8, 8)
+    L.add(fleet_table("Pages firing", "Page-severity alerts firing now, per host.", "none",
+                      f"count by (alertname, instance, job) ({FLEET_PAGING})"), 8, 8)
+    variables_list = [
+        db.DatasourceVariable("datasource").label("Data source").type("prometheus").regex(""),
+        label_values("job", "Job", "label_values(up, job)"),
+    ]
+    annotation_list = annotations()[:1]
+    return dashboard("fleet", "usescope / Fleet overview",
+                     "Every host at once: how many are in a bad USE state, which hosts are worst per resource, and a link from each to its own dashboards. One series per host from the recording rules, no per-host variable.",
+                     L, variables_list, annotation_list)
+
+
+BUILDERS = {"usescope-overview.json": overview, "usescope-kernel.json": kernel, "usescope-ebpf.json": ebpf,
+            "usescope-fleet.json": fleet}
 
 
 def render(build):
