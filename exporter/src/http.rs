@@ -120,36 +120,29 @@ impl AppState {
 
     /// Takes this request's slots: its peer's share first, so that a peer
     /// over its share never takes one of the shared slots.
-    fn admit(&self) -> Result<Admitted, Response> {
+    fn admit(&self) -> Result<Admitted, Refusal> {
         let peer = match current_peer() {
-            Some(addr) => match self
-                .by_peer
-                .try_acquire(addr.ip(), self.max_requests_per_peer)
-            {
-                Some(slot) => Some(slot),
-                None => {
+            Some(addr) => {
+                let slot = self
+                    .by_peer
+                    .try_acquire(addr.ip(), self.max_requests_per_peer);
+                if slot.is_none() {
                     if let Some(suppressed) = self.request_log.admit() {
                         tracing::warn!(peer = %addr, suppressed, "scrape refused: the peer holds its share of --web.max-requests");
                     }
-                    return Err(retry_later(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "Limit of concurrent requests from your address reached, try again later.\n",
-                    ));
+                    return Err(Refusal::PeerShare);
                 }
-            },
+                slot
+            }
             // Outside a connection's scope only in tests of the router.
             None => None,
         };
         let permit = match &self.limit {
-            Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => {
-                    return Err(retry_later(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "Limit of concurrent requests reached, try again later.\n",
-                    ));
-                }
-            },
+            Some(sem) => Some(
+                sem.clone()
+                    .try_acquire_owned()
+                    .map_err(|_| Refusal::Total)?,
+            ),
             None => None,
         };
         Ok(Admitted {
@@ -281,7 +274,7 @@ async fn metrics(
     let arrived = Instant::now();
     let admitted = match st.admit() {
         Ok(a) => a,
-        Err(resp) => return resp,
+        Err(refusal) => return refusal.into_response(),
     };
     let selection = match selection(&st.scraper, query.as_deref()) {
         Ok(s) => s,
@@ -331,6 +324,29 @@ async fn metrics(
 struct Admitted {
     _permit: Option<OwnedSemaphorePermit>,
     _peer: Option<PeerSlot>,
+}
+
+/// Why a request got no slot.
+enum Refusal {
+    /// Its peer holds its share of `--web.max-requests`.
+    PeerShare,
+    /// Every one of `--web.max-requests` is held.
+    Total,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::PeerShare => retry_later(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Limit of concurrent requests from your address reached, try again later.\n",
+            ),
+            Refusal::Total => retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Limit of concurrent requests reached, try again later.\n",
+            ),
+        }
+    }
 }
 
 /// A response body and the slots it holds.
