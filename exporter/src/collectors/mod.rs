@@ -50,6 +50,7 @@ registry! {
     vmstat,
     zoneinfo,
     pressure,
+    cgroup,
     diskstats,
     netdev,
     netclass,
