@@ -104,6 +104,18 @@ struct cachestat_counts {
 };
 
 /*
+ * exits: what tasks that have ended had cost, added once per task as it
+ * goes, so a process too short-lived for top or a scrape still shows.
+ */
+struct exits_counts {
+	/* the task's se.sum_exec_runtime: its CPU time, user and system, ns */
+	__u64 cpu_ns;
+	/* thread-group leaders (processes), and all tasks */
+	__u64 processes;
+	__u64 tasks;
+};
+
+/*
  * drops: slot = reason number for core reasons below DROPS_CORE_SLOTS;
  * subsystem reasons (subsys << 16 | code) with subsys 1..DROPS_SUBSYS_MAX
  * and code < DROPS_SUBSYS_CODES get their own slots after those; anything

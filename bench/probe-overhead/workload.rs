@@ -10,6 +10,8 @@
 //!   workload cold FILE         evict FILE from the page cache, read it once
 //!   workload mmap FILE N       map a cached FILE N times, one byte read per page
 //!   workload direct FILE N     N 4 KiB O_DIRECT preads of FILE (block I/O)
+//!   workload fork N            N children forked, each exiting at once, reaped
+//!                              (CPU time of the workload and its children)
 //!
 //! Built with plain `rustc -O` (std only) by run.sh.
 
@@ -36,9 +38,13 @@ struct Rusage {
 }
 
 const RUSAGE_SELF: i32 = 0;
+const RUSAGE_CHILDREN: i32 = -1;
 
 unsafe extern "C" {
     fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+    fn fork() -> i32;
+    fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+    fn _exit(status: i32) -> !;
     fn pipe(fds: *mut i32) -> i32;
     fn posix_fadvise(fd: i32, offset: i64, len: i64, advice: i32) -> i32;
     fn mmap(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut u8;
@@ -50,13 +56,19 @@ const MAP_SHARED: i32 = 1;
 
 const POSIX_FADV_DONTNEED: i32 = 4;
 
-/// Process CPU time so far (all threads), in nanoseconds.
-fn cpu_ns() -> u128 {
+/// CPU time so far of this process (all threads) or of its reaped
+/// children, in nanoseconds.
+fn rusage_ns(who: i32) -> u128 {
     let mut u = Rusage::default();
     // SAFETY: getrusage fills the struct we pass.
-    assert_eq!(unsafe { getrusage(RUSAGE_SELF, &mut u) }, 0);
+    assert_eq!(unsafe { getrusage(who, &mut u) }, 0);
     let ns = |t: &Timeval| t.sec as u128 * 1_000_000_000 + t.usec as u128 * 1000;
     ns(&u.utime) + ns(&u.stime)
+}
+
+/// Process CPU time so far (all threads), in nanoseconds.
+fn cpu_ns() -> u128 {
+    rusage_ns(RUSAGE_SELF)
 }
 
 /// A CPU-time stopwatch, named like Instant for readability below.
@@ -199,6 +211,26 @@ fn direct(path: &str, n: u64) -> u128 {
     ns
 }
 
+/// N short-lived children: fork, exit at once, reaped. Their own CPU time
+/// (the exit path, where the exits probe's tracepoint fires, or the free
+/// that follows it) counts too.
+fn forks(n: u64) -> u128 {
+    let start = rusage_ns(RUSAGE_SELF) + rusage_ns(RUSAGE_CHILDREN);
+    for _ in 0..n {
+        // SAFETY: the child only calls _exit.
+        let pid = unsafe { fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: ends the child at once.
+            unsafe { _exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { waitpid(pid, &mut status, 0) }, pid);
+    }
+    rusage_ns(RUSAGE_SELF) + rusage_ns(RUSAGE_CHILDREN) - start
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
@@ -210,6 +242,7 @@ fn main() {
         "cold" => cold(arg(2)),
         "mmap" => mapped(arg(2), num(3)),
         "direct" => direct(arg(2), num(3)),
+        "fork" => forks(num(2)),
         other => {
             eprintln!("unknown workload {other:?}");
             std::process::exit(2);

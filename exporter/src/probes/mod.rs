@@ -69,6 +69,7 @@ registry! {
     biolatency,
     softirq,
     reclaim,
+    exits,
 }
 
 /// Everything about one probe, declared beside its code as `pub const
