@@ -585,30 +585,15 @@ fn cgroups_removed_mid_read_cost_only_their_own_series() {
     let rel = format!("usescope-test-{}-churn", std::process::id());
     let cg = TestCgroup::create(&rel, &roots);
     const N: usize = 100;
-    let child = |i: usize| format!("c{i}");
     for i in 0..N {
         for r in &cg.dirs {
-            std::fs::create_dir(r.join(child(i))).unwrap();
+            std::fs::create_dir(r.join(format!("c{i}"))).unwrap();
         }
     }
     let d = start("/sys", &format!("^/{rel}/"), &[]);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let churn = {
-        let (dirs, stop) = (cg.dirs.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut i = 0;
-            let end = Instant::now() + Duration::from_secs(60);
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
-                for r in &dirs {
-                    let _ = std::fs::remove_dir(r.join(child(i)));
-                }
-                for r in &dirs {
-                    let _ = std::fs::create_dir(r.join(child(i)));
-                }
-                i = (i + 1) % N;
-            }
-        })
-    };
+    // Declared after `cg`, so dropped (stopped and joined) before it: a
+    // churn still running would make children the cleanup cannot remove.
+    let churn = Churn::start(cg.dirs.clone(), N);
     let end = Instant::now() + Duration::from_secs(30);
     let (mut scrapes, mut vanished) = (0, 0.0);
     while Instant::now() < end && (scrapes < 20 || vanished == 0.0) {
@@ -627,8 +612,7 @@ fn cgroups_removed_mid_read_cost_only_their_own_series() {
         vanished = sample(&expo, "usescope_cgroup_vanished_total").unwrap();
         scrapes += 1;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    churn.join().unwrap();
+    drop(churn);
     assert!(
         vanished > 0.0,
         "no cgroup vanished mid-read in {scrapes} scrapes: the test did not test it"
@@ -636,7 +620,7 @@ fn cgroups_removed_mid_read_cost_only_their_own_series() {
     // Gone for good: gone from the output, and nothing kept for them.
     for i in 0..N {
         for r in &cg.dirs {
-            let _ = std::fs::remove_dir(r.join(child(i)));
+            let _ = std::fs::remove_dir(r.join(format!("c{i}")));
         }
     }
     let expo = d.scrape();
@@ -644,6 +628,46 @@ fn cgroups_removed_mid_read_cost_only_their_own_series() {
     assert!(!expo.contains(&format!("/{rel}/")), "{expo}");
     assert_eq!(sample(&expo, "usescope_cgroup_kept_files"), Some(0.0));
     eprintln!("{scrapes} scrapes, {vanished} cgroups vanished mid-read");
+}
+
+/// A thread that removes and remakes the children `c0`..`cN` of `dirs`,
+/// one after another, until dropped (for at most a minute).
+struct Churn {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Churn {
+    fn start(dirs: Vec<PathBuf>, n: usize) -> Churn {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut i = 0;
+            let end = Instant::now() + Duration::from_secs(60);
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+                for r in &dirs {
+                    let _ = std::fs::remove_dir(r.join(format!("c{i}")));
+                }
+                for r in &dirs {
+                    let _ = std::fs::create_dir(r.join(format!("c{i}")));
+                }
+                i = (i + 1) % n;
+            }
+        });
+        Churn {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// A v2 tree of `services` (`/system.slice/sI.service`) under `sysfs`.
