@@ -747,7 +747,15 @@ fn finish(st: State, text_len: usize, out: &mut Exposition) -> Result<(), ParseE
         let mut series = b.series;
         let mut label_names: Vec<String> = {
             let mut seen: HashSet<&str> = HashSet::new();
+            let mut last: &[(String, String)] = &[];
             for s in &series {
+                // Most series have the names of the one before: no hashing.
+                let same = s.labels.len() == last.len()
+                    && s.labels.iter().zip(last).all(|(a, b)| a.0 == b.0);
+                last = &s.labels;
+                if same {
+                    continue;
+                }
                 for (n, _) in &s.labels {
                     if seen.insert(n) && seen.len() > MAX_LABEL_NAMES {
                         return Err(ParseError::new(
