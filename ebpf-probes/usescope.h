@@ -116,6 +116,16 @@ struct exits_counts {
 };
 
 /*
+ * tasks: execs, and zombies as leaders that have exited (zombies_in)
+ * less those freed (zombies_out); the collector exports in - out.
+ */
+struct tasks_counts {
+	__u64 execs;
+	__u64 zombies_in;
+	__u64 zombies_out;
+};
+
+/*
  * drops: slot = reason number for core reasons below DROPS_CORE_SLOTS;
  * subsystem reasons (subsys << 16 | code) with subsys 1..DROPS_SUBSYS_MAX
  * and code < DROPS_SUBSYS_CODES get their own slots after those; anything
@@ -145,5 +155,30 @@ struct exits_counts {
 #define DROPS_KEYS (DROPS_PROTOS * DROPS_SLOTS)
 #define DROPS_USED_WORDS 31
 _Static_assert(DROPS_USED_WORDS * 64 >= DROPS_KEYS, "bitmap covers every counter");
+
+/*
+ * tcpretrans: TCP segments retransmitted, by kind, in every network
+ * namespace (or one, --probe.tcpretrans.netns). Segments, as /proc/net/snmp's
+ * RetransSegs counts them (a TSO skb of n segments counts n); the kinds
+ * split them the way TcpExt's counters do (docs/probes.md).
+ */
+#define TCPRETRANS_TIMEOUT 0
+#define TCPRETRANS_FAST 1
+#define TCPRETRANS_LOSS_PROBE 2
+#define TCPRETRANS_SYN 3
+#define TCPRETRANS_SYNACK 4
+#define TCPRETRANS_KINDS 5
+
+struct tcpretrans_counts {
+	__u64 segs[TCPRETRANS_KINDS];
+};
+
+/*
+ * tcpconnect: connect() calls on TCP sockets that failed because no local
+ * port was free (EADDRNOTAVAIL from the kernel's port search).
+ */
+struct tcpconnect_counts {
+	__u64 no_port;
+};
 
 #endif

@@ -70,6 +70,9 @@ registry! {
     softirq,
     reclaim,
     exits,
+    tasks,
+    tcpretrans,
+    tcpconnect,
 }
 
 /// Everything about one probe, declared beside its code as `pub const
