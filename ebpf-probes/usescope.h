@@ -116,16 +116,6 @@ struct exits_counts {
 };
 
 /*
- * tasks: execs, and zombies as leaders that have exited (zombies_in)
- * less those freed (zombies_out); the collector exports in - out.
- */
-struct tasks_counts {
-	__u64 execs;
-	__u64 zombies_in;
-	__u64 zombies_out;
-};
-
-/*
  * drops: slot = reason number for core reasons below DROPS_CORE_SLOTS;
  * subsystem reasons (subsys << 16 | code) with subsys 1..DROPS_SUBSYS_MAX
  * and code < DROPS_SUBSYS_CODES get their own slots after those; anything

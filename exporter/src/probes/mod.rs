@@ -70,7 +70,6 @@ registry! {
     softirq,
     reclaim,
     exits,
-    tasks,
     tcpretrans,
     tcpconnect,
 }
