@@ -17,6 +17,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::walk::{list_dirs, open_dir_at, stat_at, stat_fd};
@@ -133,19 +134,19 @@ fn is_file(dir: BorrowedFd<'_>, name: &CStr) -> bool {
 /// The hierarchies under `root`, in name order; none if `root` does not
 /// exist (no cgroup filesystem: the collector then writes nothing).
 pub fn discover(root: &Path) -> io::Result<Vec<Hierarchy>> {
-    let root_fd = match std::fs::File::open(root) {
+    // O_DIRECTORY and O_NONBLOCK: a FIFO put in its place fails at once
+    // (ENOTDIR) instead of blocking the scrape.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(root);
+    let root_fd = match opened {
         Ok(f) => OwnedFd::from(f),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
             return Ok(Vec::new());
         }
         Err(e) => return Err(e),
     };
-    if !stat_fd(root_fd.as_fd()).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "is not a directory",
-        ));
-    }
     let mut buf = Vec::new();
     let mut candidates = Vec::new();
     if is_file(root_fd.as_fd(), c"cgroup.controllers") {
@@ -405,7 +406,16 @@ mod tests {
         );
         let blkio = hs.iter().find(|h| h.name == "blkio").unwrap();
         assert_eq!(blkio.files, [File::BlkioBytes, File::BlkioIos]);
-        // No cgroup filesystem at all.
+        // No cgroup filesystem at all, or a FIFO in its place (at once).
         assert!(discover(&t.path().join("none")).unwrap().is_empty());
+        let fifo = t.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        assert!(discover(&fifo).unwrap().is_empty());
     }
 }
