@@ -384,11 +384,16 @@ mod tests {
         f.push("a", "A.", MetricType::Gauge, &[], 1.0);
         let read_gone = |f: &mut Families| {
             f.push("b", "B.", MetricType::Gauge, &[], 2.0);
-            read_trimmed(&gone.join("value")).map(drop).map_err(|e| io_error(&gone, e))
+            read_trimmed(&gone.join("value"))
+                .map(drop)
+                .map_err(|e| io_error(&gone, e))
         };
         let mark = f.len();
         let r = read_gone(&mut f);
-        assert!(matches!(r, Err(DeviceError::Vanishing(_, Vanished::NotFound))), "{r:?}");
+        assert!(
+            matches!(r, Err(DeviceError::Vanishing(_, Vanished::NotFound))),
+            "{r:?}"
+        );
         settle(&mut f, mark, &gone, r).unwrap();
         assert_eq!(f.len(), 1, "the gone device's sample is taken back");
 

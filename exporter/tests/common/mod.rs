@@ -20,8 +20,10 @@ pub mod skip;
 /// The daemon under test: this build's, or `USESCOPE_TEST_BIN` (to show
 /// that a new test fails against an older binary).
 pub fn bin() -> PathBuf {
-    std::env::var_os("USESCOPE_TEST_BIN")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_usescope")), PathBuf::from)
+    std::env::var_os("USESCOPE_TEST_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_usescope")),
+        PathBuf::from,
+    )
 }
 
 /// The checked-in tree captured from a real machine.
