@@ -73,7 +73,7 @@ fn stamp_versions() {
 /// bytes, which probes look up by name (`loader::object`). A new probe's
 /// source is picked up by being in the directory.
 fn compile_probes() {
-    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ebpf-probes");
+    let src_dir = manifest_dir().join("../ebpf-probes");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     println!("cargo:rerun-if-env-changed=USESCOPE_CLANG");
     // A directory: cargo reruns this when any file in it changes or is added.
@@ -165,7 +165,7 @@ fn object_name(s: &str) -> bool {
 /// the way the probes are, so a misread header fails the build instead of
 /// shifting the counters user space reads.
 fn generate_layout() {
-    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ebpf-probes");
+    let src_dir = manifest_dir().join("../ebpf-probes");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let path = src_dir.join("usescope.h");
     println!("cargo:rerun-if-changed={}", path.display());
@@ -196,6 +196,13 @@ fn generate_layout() {
         &out_dir.join("layout.rs"),
         &header::rust(&parsed, "ebpf-probes/usescope.h"),
     );
+}
+
+/// The package's directory, from cargo at run time: a build script's
+/// compile-time `env!` would keep the checkout it was first built in when a
+/// target directory is shared or copied between checkouts.
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
 }
 
 fn write(path: &Path, text: &str) {
