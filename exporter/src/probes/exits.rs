@@ -41,15 +41,15 @@ pub const SPEC: ProbeSpec = ProbeSpec {
 
 const CPU: Desc = Desc::counter(
     "usescope_exited_tasks_cpu_seconds_total",
-    "CPU time (user and system) of tasks that have exited, added once per task as it exits: what short-lived processes used, which per-process tools never see.",
+    "CPU time (user and system) of tasks that have exited, each added once, when the kernel frees the task after its reaping: what short-lived processes used, which per-process tools never see.",
 );
 const PROCESSES: Desc = Desc::counter(
     "usescope_exited_processes_total",
-    "Processes (thread-group leaders) that have exited.",
+    "Processes (thread-group leaders) that have exited and been reaped.",
 );
 const TASKS: Desc = Desc::counter(
     "usescope_exited_tasks_total",
-    "Tasks (processes and threads) that have exited.",
+    "Tasks (processes and threads) that have exited and been freed.",
 );
 
 pub const MODES: &[Mode] = &[
