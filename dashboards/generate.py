@@ -81,6 +81,7 @@ UIDS = {
     "kernel": "usescope-kernel",
     "ebpf": "usescope-ebpf",
     "fleet": "usescope-fleet",
+    "workload": "usescope-workload",
 }
 
 
@@ -696,6 +697,118 @@ def ebpf():
                      "What /proc cannot show: run-queue latency, page-cache hits and misses, packet drops by reason, and the probes' own status and cost.", L)
 
 
+# "Which workload": the cgroup collector's families (--collector.cgroup, off by
+# default; every panel is empty while it is off). The top rows rank cgroups
+# per USE resource; the last row follows one cgroup, chosen in $cgroup.
+WORKLOAD_TOP = 10
+CG_SEL = SEL + ', cgroup="$cgroup"'
+
+
+def cg_top(expr):
+    return f"topk({WORKLOAD_TOP}, {expr})"
+
+
+def cg_rate(family, sel=SEL):
+    return f"rate(usescope_cgroup_{family}{{{sel}}}[{RI}])"
+
+
+def workload():
+    L = Layout()
+    io_bytes = f'{cg_rate("io_read_bytes_total")} + {cg_rate("io_written_bytes_total")}'
+    io_ops = f'{cg_rate("io_reads_total")} + {cg_rate("io_writes_total")}'
+    L.row("CPU: which cgroups use it, which are throttled")
+    L.add(timeseries("Top cgroups by CPU",
+        "CPUs used per cgroup (user + system, descendants included). Bad: one cgroup taking most of the host while CPUSaturated fires.",
+        "short", targets((cg_top(cg_rate("cpu_usage_seconds_total")), "{{cgroup}}")), minimum=0), 8, 8)
+    L.add(timeseries("Top cgroups by CFS throttling",
+        "Share of CFS periods in which the cgroup used up its CPU quota (only cgroups with a quota). Bad: above 25% (CgroupCPUThrottlingHigh): its tasks wait for the next period while CPUs may be idle.",
+        "percentunit", targets((cg_top(f'{cg_rate("cpu_cfs_throttled_periods_total")} / ({cg_rate("cpu_cfs_periods_total")} > 0)'), "{{cgroup}}")),
+        minimum=0, maximum=1, thr=thresholds((0.25, "red"))), 8, 8)
+    L.add(timeseries("Top cgroups by CPU pressure",
+        "PSI cpu some: share of time some task of the cgroup waited for a CPU (cgroup v2 only; empty on v1 without a unified hierarchy). Bad: sustained above 10-20%.",
+        "percentunit", targets((cg_top(cg_rate("pressure_cpu_waiting_seconds_total")), "{{cgroup}}")), minimum=0), 8, 8)
+
+    L.row("Memory: which cgroups hold it, which are near their limit")
+    L.add(timeseries("Top cgroups by working set",
+        "Usage less inactive file cache: what the cgroup cannot give back cheaply (cAdvisor's container_memory_working_set_bytes). Bad: growing without bound (a leak).",
+        "bytes", targets((cg_top(f"usescope_cgroup_memory_working_set_bytes{{{SEL}}}"), "{{cgroup}}")), minimum=0), 8, 8)
+    L.add(timeseries("Top cgroups by working set / limit",
+        "Working set as a share of the memory limit (only cgroups with a limit). Bad: 90% or more (CgroupMemoryPressure): reclaim of hot pages, then an OOM kill.",
+        "percentunit", targets((cg_top(f"usescope_cgroup_memory_working_set_bytes{{{SEL}}} / (usescope_cgroup_memory_limit_bytes{{{SEL}}} > 0)"), "{{cgroup}}")),
+        minimum=0, thr=thresholds((0.9, "red"))), 8, 8)
+    L.add(timeseries("OOM kills and memory pressure",
+        "OOM kills per cgroup in the last hour (any is bad: CgroupOOMKill), and PSI memory full (v2 only): share of time all of the cgroup's tasks stalled on memory. Bad: above 10%.",
+        "short", targets(
+            (cg_top(f"increase(usescope_cgroup_memory_oom_kills_total{{{SEL}}}[1h]) > 0"), "OOM kills {{cgroup}}"),
+            (cg_top(cg_rate("pressure_memory_stalled_seconds_total")), "stalled {{cgroup}}")), minimum=0), 8, 8)
+
+    L.row("I/O: which cgroups read and write")
+    L.add(timeseries("Top cgroups by I/O bytes",
+        "Bytes read and written per second per cgroup, all devices. On cgroup v1, blkio counts a device only once a throttle rule is set on it (docs/collectors/cgroup.md). Bad: one cgroup behind most of a saturated disk's traffic (HighIOWait, DiskSaturated).",
+        "Bps", targets((cg_top(f"sum without (device) ({io_bytes})"), "{{cgroup}}")), minimum=0), 8, 8)
+    L.add(timeseries("Top cgroups by IOPS",
+        "Read and write operations per second per cgroup, all devices (v1: devices with a throttle rule). Bad: small random I/O from one cgroup at a disk's IOPS limit.",
+        "iops", targets((cg_top(f"sum without (device) ({io_ops})"), "{{cgroup}}")), minimum=0), 8, 8)
+    L.add(timeseries("Top cgroups by I/O pressure",
+        "PSI io some: share of time some task of the cgroup waited for I/O (cgroup v2 only). Bad: sustained above 10-20%.",
+        "percentunit", targets((cg_top(cg_rate("pressure_io_waiting_seconds_total")), "{{cgroup}}")), minimum=0), 8, 8)
+
+    L.row("Pids: which cgroups run the most tasks")
+    L.add(timeseries("Top cgroups by tasks",
+        "Tasks (processes and threads) per cgroup, pids.current. Bad: growing without bound (a fork or thread leak).",
+        "short", targets((cg_top(f"usescope_cgroup_pids{{{SEL}}}"), "{{cgroup}}")), minimum=0), 12, 8)
+    L.add(timeseries("Top cgroups by tasks / pids limit",
+        "pids.current over pids.max (only cgroups with a limit). Bad: near 100%: fork() and thread creation fail with EAGAIN.",
+        "percentunit", targets((cg_top(f"usescope_cgroup_pids{{{SEL}}} / (usescope_cgroup_pids_limit{{{SEL}}} > 0)"), "{{cgroup}}")),
+        minimum=0, thr=thresholds((0.9, "red"))), 12, 8)
+
+    L.row("One cgroup: $cgroup")
+    L.add(timeseries("CPU of $cgroup",
+        "CPUs used (user, system) and seconds per second throttled at the CFS quota. Bad: throttled close to or above zero while user time sits at the quota.",
+        "short", targets(
+            (cg_rate("cpu_user_seconds_total", CG_SEL), "user"),
+            (cg_rate("cpu_system_seconds_total", CG_SEL), "system"),
+            (cg_rate("cpu_cfs_throttled_seconds_total", CG_SEL), "throttled")), minimum=0), 8, 8)
+    L.add(timeseries("Memory of $cgroup",
+        "Usage, working set and limit. Bad: working set approaching the limit.",
+        "bytes", targets(
+            (f"usescope_cgroup_memory_usage_bytes{{{CG_SEL}}}", "usage"),
+            (f"usescope_cgroup_memory_working_set_bytes{{{CG_SEL}}}", "working set"),
+            (f"usescope_cgroup_memory_limit_bytes{{{CG_SEL}}}", "limit")), minimum=0), 8, 8)
+    L.add(timeseries("Pressure of $cgroup",
+        "PSI some (waiting) for CPU, memory and I/O (cgroup v2 only). Bad: sustained above 10-20%.",
+        "percentunit", targets(
+            (cg_rate("pressure_cpu_waiting_seconds_total", CG_SEL), "cpu"),
+            (cg_rate("pressure_memory_waiting_seconds_total", CG_SEL), "memory"),
+            (cg_rate("pressure_io_waiting_seconds_total", CG_SEL), "io")), minimum=0), 8, 8)
+    L.add(timeseries("I/O of $cgroup per device",
+        "Bytes read and written per device (v1: devices with a throttle rule). Bad: at the device's limit while it is saturated.",
+        "Bps", targets(
+            (cg_rate("io_read_bytes_total", CG_SEL), "read {{device}}"),
+            (cg_rate("io_written_bytes_total", CG_SEL), "written {{device}}")), minimum=0), 12, 8)
+    L.add(timeseries("Tasks of $cgroup",
+        "pids.current and pids.max. Bad: tasks near the limit.",
+        "short", targets(
+            (f"usescope_cgroup_pids{{{CG_SEL}}}", "tasks"),
+            (f"usescope_cgroup_pids_limit{{{CG_SEL}}}", "limit")), minimum=0), 12, 8)
+
+    L.row("Collector coverage")
+    L.add(stat("cgroups folded into other",
+        "Selected cgroups summed into cgroup=\"other\" beyond --collector.cgroup.max. Bad: many: a workload may hide in other.",
+        "none", f"usescope_cgroup_folded{{{SEL}}}", thresholds((1, "orange"))), 12, 4)
+    L.add(stat("Walk limit reached",
+        "1 when the last walk stopped at --collector.cgroup.max-walk or max-depth: cgroups beyond it are not reported. Bad: 1.",
+        "none", f"max(usescope_cgroup_walk_limit_reached{{{SEL}}})", thresholds((1, "red")),
+        mappings={"0": "no", "1": "yes"}), 12, 4)
+
+    variables_list = variables() + [
+        label_values("cgroup", "cgroup", 'label_values(usescope_cgroup_cpu_usage_seconds_total{job="$job", instance="$instance"}, cgroup)'),
+    ]
+    return dashboard("workload", "usescope / Which workload",
+                     "Which cgroup (service, container, pod) uses each USE resource, from the cgroup collector (usescope --collector.cgroup; empty while it is off), and one cgroup in detail.",
+                     L, variables_list)
+
+
 # The fleet overview reads one series per host: the shards' recording rules
 # (alerts/usescope-rules.yml), not the raw per-CPU or per-device series, and
 # has no per-host variable, so it loads as fast at 1,000 hosts as at 10.
@@ -807,7 +920,7 @@ def fleet():
 
 
 BUILDERS = {"usescope-overview.json": overview, "usescope-kernel.json": kernel, "usescope-ebpf.json": ebpf,
-            "usescope-fleet.json": fleet}
+            "usescope-fleet.json": fleet, "usescope-workload.json": workload}
 
 
 def render(build):

@@ -4,7 +4,10 @@ real Prometheus scraping usescope on this machine's /proc.
 
 - Every target of every dashboard panel (dashboards/*.json), with the
   template variables substituted ($job, $instance, $__rate_interval,
-  $__interval, $__range), and the dashboards' job/instance variable queries.
+  $__interval, $__range, $cgroup), and the dashboards' variable queries.
+  usescope runs with --collector.cgroup, and a busy .service cgroup of the
+  test's own, with a CPU quota and memory and pids limits, gives the
+  per-cgroup panels and rules data (cgroup v1 blkio I/O stays empty).
 - Every recording and alerting rule (alerts/usescope-*.yml), as Prometheus
   itself loaded them (/api/v1/rules), plus each rule's evaluation health.
 
@@ -16,10 +19,12 @@ Alerting expressions are conditions: empty means "not firing", so for them
 only errors count.
 """
 
+import contextlib
 import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,11 +63,59 @@ ALLOWED_EMPTY = [
     (r"node_scrape_collector_success\{[^}]*\} == 0", "lists failing collectors only: empty when all succeed", None),
     (r"offset 15m", "the baseline starts 15 minutes back; a fresh Prometheus has no data there yet", None),
     (r"^count by \(alertname, instance, job\) \(ALERTS\{", "lists firing pages only: empty on a healthy host", None),
+    (r"usescope_cgroup_io_", "cgroup v1 blkio counts a device only once a throttle rule is set on it",
+     "usescope_cgroup_io_reads_total"),
+    (r"usescope_cgroup_pressure_", "PSI per cgroup needs cgroup v2 (or a hybrid host's unified hierarchy)",
+     "usescope_cgroup_pressure_cpu_waiting_seconds_total"),
+    (r"usescope_cgroup_memory_oom_kills_total\{[^}]*\}\[1h\]\) > 0", "lists cgroups with OOM kills only", None),
 ]
+
+# A cgroup the default --collector.cgroup.select selects (a .service), with a
+# CPU quota, memory and pids limits, running a busy loop during the whole
+# run: data for every per-cgroup panel and rule, the throttling ones too.
+# Also in the unified hierarchy (for PSI) where there is one.
+E2E_CGROUP = "usescope-e2e-queries.service"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+E2E_CGROUP_SETTINGS = {
+    "cpu": {"cpu.cfs_quota_us": 20000},
+    "cpuacct": {},
+    "memory": {"memory.limit_in_bytes": 256 << 20},
+    "pids": {"pids.max": 64},
+    "unified": {},
+}
+
+
+@contextlib.contextmanager
+def busy_cgroup():
+    made = []
+    busy = None
+    try:
+        for hierarchy, settings in E2E_CGROUP_SETTINGS.items():
+            if not (CGROUP_ROOT / hierarchy / "cgroup.procs").exists():
+                continue
+            path = CGROUP_ROOT / hierarchy / E2E_CGROUP
+            path.mkdir(exist_ok=True)
+            made.append(path)
+            for f, v in settings.items():
+                (path / f).write_text(f"{v}\n")
+
+        def join():
+            for path in made:
+                (path / "cgroup.procs").write_text(str(os.getpid()))
+
+        busy = subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=join)
+        yield "/" + E2E_CGROUP
+    finally:
+        if busy:
+            busy.kill()
+            busy.wait()
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 def substitute(expr, job, instance):
-    expr = expr.replace("$job", job).replace("$instance", instance)
+    expr = expr.replace("$job", job).replace("$instance", instance).replace("$cgroup", "/" + E2E_CGROUP)
     for k, v in VARS.items():
         expr = expr.replace(k, v)
     return expr
@@ -128,10 +181,13 @@ def make_activity():
 def main():
     r = h.Results("queries_run")
     logdir = h.tmpdir("queries-run")
+    cgroup = contextlib.ExitStack()
     try:
+        cgroup.enter_context(busy_cgroup())
         # The opt-in probes too, so that their panels and rules are proven.
         usescope = h.start_usescope(
-            ["--collector.interrupts", "--probe.biolatency", "--probe.softirq", "--probe.reclaim"], logdir)
+            ["--collector.interrupts", "--collector.cgroup", "--probe.biolatency", "--probe.softirq", "--probe.reclaim"],
+            logdir)
         prom = h.start_prometheus(usescope.port, h.RULE_FILES, logdir)
         job, instance = "usescope", f"127.0.0.1:{usescope.port}"
         deadline = time.monotonic() + WARMUP_S
@@ -149,7 +205,7 @@ def main():
             series = substitute(m.group(1), job, instance)
             status, result = h.query(prom, series)
             values = {s["metric"].get(m.group(2)) for s in result} if status == "success" else set()
-            want = job if m.group(2) == "job" else instance
+            want = {"job": job, "instance": instance, "cgroup": "/" + E2E_CGROUP}[m.group(2)]
             r.check(f"variable {name} offers {want}", want in values, result if status != "success" else values)
 
         for name, expr in dashboard_queries(job, instance):
@@ -169,6 +225,7 @@ def main():
     except Exception as e:
         r.check("test ran without error", False, repr(e))
     finally:
+        cgroup.close()
         SYNCED_FILE.unlink(missing_ok=True)
     return r.finish()
 
