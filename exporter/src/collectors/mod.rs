@@ -60,6 +60,7 @@ registry! {
     mdadm,
     netstat,
     sockstat,
+    tcpsockets,
     softnet,
     conntrack,
     ipvs,
