@@ -484,6 +484,98 @@ def cpu_quiet(stack, report):
                          measured)
 
 
+# --- which workload: the per-cgroup alerts (--collector.cgroup) ---------------------
+# The cgroups are named *.service so that the collector's default selection
+# reports them; their `cgroup` label is "/" + name (a v1 hierarchy's root).
+
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+
+
+def cgroup_keyed(group, name):
+    """A flat-keyed cgroup file (cpu.stat, memory.oom_control) as a dict of ints."""
+    return {k: int(v) for k, v in (line.split() for line in (group / name).read_text().splitlines())}
+
+
+def cgroup_cpu_quota(stack, report):
+    """A busy loop in a v1 cgroup with a CFS quota of 20% of a CPU: the
+    throttling alert names that cgroup. Its neighbour, busy 30% of every
+    100 ms under a quota of 50%, is never throttled and stays quiet. Both
+    on NOISE_CPU."""
+    incident = "CPU quota: a busy loop in a cgroup with 20% of a CPU"
+    quiet = "CPU quota not reached: busy 30% under a quota of 50%"
+    hot_name = f"usescope-incident-quota-{os.getpid()}.service"
+    cool_name = f"usescope-incident-unthrottled-{os.getpid()}.service"
+    hot_labels = {"instance": stack.host, "cgroup": "/" + hot_name}
+
+    def throttled_share(group, since):
+        stat = cgroup_keyed(group, "cpu.stat")
+        periods = stat["nr_periods"] - since[0]
+        return (stat["nr_throttled"] - since[1]) / max(1, periods), periods
+
+    with r.cgroup(CPU_CGROUP, hot_name, {"cpu.cfs_quota_us": 20000}) as hot, \
+            r.cgroup(CPU_CGROUP, cool_name, {"cpu.cfs_quota_us": 50000}) as cool:
+        start = {}
+        for group in (hot, cool):
+            stat = cgroup_keyed(group, "cpu.stat")
+            start[group] = (stat["nr_periods"], stat["nr_throttled"])
+        started = now()
+
+        def cool_measured():
+            share, periods = throttled_share(cool, start[cool])
+            return f"kernel: throttled in {share:.1%} of {periods} periods"
+
+        with load("busy", "1", group=hot, cpu=NOISE_CPU), load("busy", "0.3", group=cool, cpu=NOISE_CPU):
+            neighbour = threading.Thread(target=expect_quiet, args=(
+                stack, report, quiet, ["CgroupCPUThrottlingHigh"], started,
+                {"instance": stack.host, "cgroup": "/" + cool_name}, cool_measured))
+            neighbour.start()
+            expect_page(stack, report, incident, "CgroupCPUThrottlingHigh", started, hot_labels, severity="ticket")
+            share, periods = throttled_share(hot, start[hot])
+            scraped = stack.value(
+                f'instance_cgroup:usescope_cgroup_cpu_cfs_throttled:ratio_rate5m{{instance="{stack.host}", cgroup="/{hot_name}"}}')
+            neighbour.join()
+        report.check(f"{incident}: the kernel throttled it in {share:.1%} of {periods} periods, usescope's recorded "
+                     f"ratio {scraped or 0:.1%}", share > 0.25 and scraped is not None and scraped > 0.25)
+    ended = now()
+    # The cgroup is gone: its series end and the alert resolves.
+    expect_resolved(stack, report, incident, "CgroupCPUThrottlingHigh", ended, hot_labels)
+
+
+def cgroup_oom(stack, report):
+    """A process OOM-killed at its memory cgroup's 64 MiB limit: the
+    alert names that cgroup. A neighbour using 32 MiB of its 256 MiB stays
+    quiet."""
+    incident = "OOM kill in a 64 MiB memory cgroup"
+    quiet = "a memory cgroup using 32 of its 256 MiB"
+    victim_name = f"usescope-incident-oom-{os.getpid()}.service"
+    roomy_name = f"usescope-incident-fits-{os.getpid()}.service"
+    labels = {"instance": stack.host, "cgroup": "/" + victim_name}
+    with r.cgroup(r.MEMORY, victim_name, {"memory.limit_in_bytes": 64 << 20}) as victim, \
+            r.cgroup(r.MEMORY, roomy_name, {"memory.limit_in_bytes": 256 << 20}) as roomy:
+        # increase() counts from a series' first sample: the kill must come
+        # after the collector has reported the counter at 0.
+        deadline = now() + 30
+        query = f'usescope_cgroup_memory_oom_kills_total{{instance="{stack.host}", cgroup="/{victim_name}"}}'
+        while stack.value(query) is None and now() < deadline:
+            time.sleep(0.25)
+        if not report.check(f"{incident}: usescope reports the new cgroup's OOM-kill counter", stack.value(query) == 0):
+            return
+        started = now()
+        with load("memory-hog", "32", group=roomy, cpu=NOISE_CPU), \
+                load("memory-hog", "192", group=victim, cpu=NOISE_CPU) as hog:
+            neighbour = threading.Thread(target=expect_quiet, args=(
+                stack, report, quiet, ["CgroupOOMKill"], started, {"instance": stack.host, "cgroup": "/" + roomy_name},
+                lambda: f"kernel: oom_kill {cgroup_keyed(roomy, 'memory.oom_control')['oom_kill']}"))
+            neighbour.start()
+            expect_page(stack, report, incident, "CgroupOOMKill", started, labels, severity="ticket")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                hog.wait(timeout=10)
+            neighbour.join()
+        kills = cgroup_keyed(victim, "memory.oom_control")["oom_kill"]
+    report.check(f"{incident}: the kernel OOM-killed the hog in its cgroup ({kills} kill(s))",
+                 kills >= 1 and hog.returncode == -9)
+
+
 # --- filesystem full -------------------------------------------------------------
 
 def filesystem_full(stack, report):

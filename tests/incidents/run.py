@@ -43,7 +43,8 @@ HISTORY_S = 10
 # The default excludes loop devices (node_exporter's default); the disk
 # incidents saturate a loop device, so the host's usescope keeps them. The
 # same alert on a real disk needs no flag.
-HOST_USESCOPE_ARGS = [r"--collector.diskstats.device-exclude=^(z?ram|fd)\d+$"]
+# --collector.cgroup: the per-cgroup incidents (CPU quota, OOM in a cgroup).
+HOST_USESCOPE_ARGS = [r"--collector.diskstats.device-exclude=^(z?ram|fd)\d+$", "--collector.cgroup"]
 # Per run, so that two runs on one machine do not collide.
 NETNS = {key: f"usescope-{key}-{os.getpid()}" for key in ("ct_full", "ct_quiet", "listen", "nft")}
 
@@ -59,6 +60,8 @@ def phases(st, report, ns):
             "memory_pressure": lambda: i.memory_pressure(st, report),
             "iowait_quiet": lambda: i.iowait_quiet(st, report),
             "filesystem_full": lambda: i.filesystem_full(st, report),
+            "cgroup_cpu_quota": lambda: i.cgroup_cpu_quota(st, report),
+            "cgroup_oom": lambda: i.cgroup_oom(st, report),
         },
         {
             "iowait_saturated": lambda: i.iowait_saturated(st, report),
