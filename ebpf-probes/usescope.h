@@ -116,6 +116,19 @@ struct exits_counts {
 };
 
 /*
+ * tasks: execs, and zombies as leaders that have exited (exited) less
+ * those freed (freed, counted at free; replaced, counted at the exec
+ * that released an old leader): the collector exports the difference.
+ * Each field is written from one context only (freed in softirq).
+ */
+struct tasks_counts {
+	__u64 execs;
+	__u64 exited;
+	__u64 freed;
+	__u64 replaced;
+};
+
+/*
  * drops: slot = reason number for core reasons below DROPS_CORE_SLOTS;
  * subsystem reasons (subsys << 16 | code) with subsys 1..DROPS_SUBSYS_MAX
  * and code < DROPS_SUBSYS_CODES get their own slots after those; anything

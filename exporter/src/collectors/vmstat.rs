@@ -3,7 +3,12 @@
 //! The exported fields are node_exporter's default `--collector.vmstat.fields`
 //! regex, `^(oom_kill|pgpg|pswp|pg.*fault).*`, plus the reclaim and
 //! compaction counters the USE method needs for memory saturation: every
-//! `pgscan*`, `pgsteal*`, `allocstall*` and `compact_stall`.
+//! `pgscan*`, `pgsteal*`, `allocstall*` and `compact_stall`; and
+//! `drop_pagecache` and `drop_slab`, how many times someone wrote to
+//! /proc/sys/vm/drop_caches: the cause of a page cache that empties at
+//! once (and of the slow reads after it). Each keeps node_exporter's name
+//! and type (`node_vmstat_<field>`, untyped), as node_exporter writes it
+//! when its `--collector.vmstat.fields` regex includes the field.
 //!
 //! Selection runs no regex: [`selected`] is a few prefix checks, and the
 //! collector caches its decision (and the family's name and help) per line
@@ -61,7 +66,7 @@ pub fn selected(field: &str) -> bool {
     PREFIXES.iter().any(|p| field.starts_with(p))
         // `^pg.*fault`: "fault" anywhere after the leading "pg".
         || field.strip_prefix("pg").is_some_and(|rest| rest.contains("fault"))
-        || field == "compact_stall"
+        || matches!(field, "compact_stall" | "drop_pagecache" | "drop_slab")
 }
 
 /// One `name value` line.
@@ -267,8 +272,7 @@ impl Collector for VmStatCollector {
             Read::Text(t) => t,
             Read::Absent => return Ok(()),
         };
-        encode(text, &mut self.selection, enc)
-            .map_err(|e| self.file.parse_error(e))
+        encode(text, &mut self.selection, enc).map_err(|e| self.file.parse_error(e))
     }
 }
 
@@ -327,6 +331,8 @@ mod tests {
             "pgsteal_anon",
             "allocstall_movable",
             "compact_stall",
+            "drop_pagecache",
+            "drop_slab",
         ] {
             assert!(selected(yes), "{yes}");
         }
@@ -337,6 +343,7 @@ mod tests {
             "numa_hint_faults",
             "compact_stall_x",
             "compact_fail",
+            "drop_pagecache_x",
             "nr_free_pages",
             "pg",
             "fault",
@@ -386,11 +393,13 @@ mod tests {
                 "node_vmstat_pgscan_file 0",
                 "node_vmstat_pgsteal_anon 0",
                 "node_vmstat_pgsteal_file 0",
+                "node_vmstat_drop_pagecache 1",
+                "node_vmstat_drop_slab 2",
                 "node_vmstat_oom_kill 0",
                 "node_vmstat_compact_stall 0",
             ]
         );
-        assert_eq!(out.matches("# TYPE ").count(), 26);
+        assert_eq!(out.matches("# TYPE ").count(), 28);
     }
 
     #[test]
@@ -510,9 +519,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn selected_equals_the_regex(name in "(pg|oom_|ps|allocs|compact_)?[a-z_]{0,12}") {
+        fn selected_equals_the_regex(name in "(pg|oom_|ps|allocs|compact_|drop_)?[a-z_]{0,12}") {
             let re = regex::Regex::new(
-                "^(oom_kill|pgpg|pswp|pg.*fault|pgscan|pgsteal|allocstall).*|^compact_stall$",
+                "^(oom_kill|pgpg|pswp|pg.*fault|pgscan|pgsteal|allocstall).*|^(compact_stall|drop_pagecache|drop_slab)$",
             ).unwrap();
             prop_assert_eq!(selected(&name), re.is_match(&name));
         }

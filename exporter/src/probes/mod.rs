@@ -70,6 +70,7 @@ registry! {
     softirq,
     reclaim,
     exits,
+    tasks,
     tcpretrans,
     tcpconnect,
 }
