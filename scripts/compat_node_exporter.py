@@ -40,7 +40,7 @@ FIXTURES = ROOT / "exporter/tests/fixtures"
 
 VMSTAT_FIELDS = r"^(oom_kill|pgpg|pswp|pg.*fault|pgscan.*|pgsteal.*|allocstall.*|compact_stall).*"
 NETSTAT_FIELDS = (r"^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(6|Ext)_(InOctets|OutOctets)|Icmp6?_(InMsgs|OutMsgs)"
-                  r"|TcpExt_(Listen.*|Syncookies.*|TCPSynRetrans|TCPTimeouts|TCPOFOQueue|TCPRcvQDrop|TW.*)"
+                  r"|TcpExt_(Listen.*|Syncookies.*|TCPSynRetrans|TCPTimeouts|TCPOFOQueue|TCPRcvQDrop|TW.*|DelayedACKs)"
                   r"|Tcp_(ActiveOpens|InSegs|OutSegs|OutRsts|PassiveOpens|RetransSegs|CurrEstab)"
                   r"|Udp6?_(InDatagrams|OutDatagrams|NoPorts|RcvbufErrors|SndbufErrors))$")
 

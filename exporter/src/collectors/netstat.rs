@@ -7,7 +7,8 @@
 //!
 //! Which fields are exported: node_exporter 1.9's default
 //! `--collector.netstat.fields`, plus what the USE rules here need on top:
-//! `TcpExt_TW*` (TIME_WAIT churn). `TcpExt_ListenOverflows`,
+//! `TcpExt_TW*` (TIME_WAIT churn) and `TcpExt_DelayedACKs` (delayed ACKs
+//! that a peer's Nagle stalls wait for). `TcpExt_ListenOverflows`,
 //! `TcpExt_ListenDrops`, `TcpExt_TCPTimeouts` and `Tcp_RetransSegs` are
 //! listed explicitly too, so they stay even if node_exporter's default
 //! changes. The regex runs only when a header line (or an snmp6 name) is
@@ -109,7 +110,7 @@ pub const NODE_EXPORTER_FIELDS: &str = "^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(
 
 /// Fields usescope's alerts and dashboards rely on, beyond that default.
 pub const USESCOPE_FIELDS: &str =
-    "^(TcpExt_(ListenOverflows|ListenDrops|TCPTimeouts|TW.*)|Tcp_RetransSegs)$";
+    "^(TcpExt_(ListenOverflows|ListenDrops|TCPTimeouts|TW.*|DelayedACKs)|Tcp_RetransSegs)$";
 
 /// Most distinct header lines remembered before the cache starts over; the
 /// kernel prints about ten, so only a file that keeps changing hits this.
@@ -704,6 +705,7 @@ mod tests {
             "TcpExt_TW",
             "TcpExt_TWRecycled",
             "TcpExt_TWKilled",
+            "TcpExt_DelayedACKs",
             "TcpExt_SyncookiesSent",
             "Tcp_RetransSegs",
             "Tcp_CurrEstab",
@@ -718,6 +720,7 @@ mod tests {
         }
         for no in [
             "TcpExt_TCPHPHits",
+            "TcpExt_DelayedACKLost",
             "Tcp_MaxConn",
             "Ip_InReceives",
             "MPTcpExt_MPTCPRetrans",
@@ -740,6 +743,7 @@ mod tests {
                 "node_netstat_TcpExt_TW 15",
                 "node_netstat_TcpExt_TWRecycled 0",
                 "node_netstat_TcpExt_TWKilled 0",
+                "node_netstat_TcpExt_DelayedACKs 1",
                 "node_netstat_TcpExt_ListenOverflows 0",
                 "node_netstat_TcpExt_ListenDrops 0",
                 "node_netstat_TcpExt_TCPTimeouts 2",
