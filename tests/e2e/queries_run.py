@@ -52,6 +52,8 @@ ALLOWED_EMPTY = [
     (r"usescope_softirq_", "softirq probe not attached", 'usescope_probe_up{probe="softirq"} == 1'),
     (r"usescope_direct_reclaim|usescope_compaction_stall", "reclaim probe not attached",
      'usescope_probe_up{probe="reclaim"} == 1'),
+    (r"usescope_tcp_retransmitted", "tcpretrans probe not attached", 'usescope_probe_up{probe="tcpretrans"} == 1'),
+    (r"usescope_tcp_connect_no_local_port", "tcpconnect probe not attached", 'usescope_probe_up{probe="tcpconnect"} == 1'),
     (r"usescope_bpf_program", "BPF run-time stats are opt-in (--probe.bpf-stats, needs CAP_SYS_ADMIN)",
      "usescope_bpf_program_runs_total"),
     (r"nf_conntrack", "no nf_conntrack module loaded", "node_nf_conntrack_entries_limit"),
@@ -186,7 +188,8 @@ def main():
         cgroup.enter_context(busy_cgroup())
         # The opt-in probes too, so that their panels and rules are proven.
         usescope = h.start_usescope(
-            ["--collector.interrupts", "--collector.cgroup", "--probe.biolatency", "--probe.softirq", "--probe.reclaim"],
+            ["--collector.interrupts", "--collector.cgroup", "--collector.tcpsockets", "--probe.biolatency", "--probe.softirq",
+             "--probe.reclaim", "--probe.tcpretrans", "--probe.tcpconnect"],
             logdir)
         prom = h.start_prometheus(usescope.port, h.RULE_FILES, logdir)
         job, instance = "usescope", f"127.0.0.1:{usescope.port}"
