@@ -36,7 +36,6 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import incidents as i  # noqa: E402
-import net_incidents as n  # noqa: E402
 import resources as r  # noqa: E402
 import stack as s  # noqa: E402
 from stack import h  # noqa: E402
@@ -47,15 +46,12 @@ HISTORY_S = 10
 # same alert on a real disk needs no flag.
 # --collector.cgroup: the per-cgroup incidents (CPU quota, OOM in a cgroup).
 HOST_USESCOPE_ARGS = [r"--collector.diskstats.device-exclude=^(z?ram|fd)\d+$", "--collector.cgroup"]
-# The TCP probes count every namespace (net_incidents.py).
-HOST_USESCOPE_ARGS += ["--probe.tcpretrans", "--probe.tcpconnect"]
 # Per run, so that two runs on one machine do not collide.
 NETNS = {key: f"usescope-{key}-{os.getpid()}" for key in ("ct_full", "ct_quiet", "listen", "nft")}
 
 
 def phases(st, report, ns):
     """Incident name -> callable, grouped by phase."""
-    net = n.phases(st, report, ns)
     return [
         {
             "conntrack_full": lambda: i.conntrack_full(st, report, NETNS["ct_full"], ns["ct_full"]),
@@ -67,16 +63,11 @@ def phases(st, report, ns):
             "filesystem_full": lambda: i.filesystem_full(st, report),
             "cgroup_cpu_quota": lambda: i.cgroup_cpu_quota(st, report),
             "cgroup_oom": lambda: i.cgroup_oom(st, report),
-            **net[0],
         },
         {
             "iowait_saturated": lambda: i.iowait_saturated(st, report),
             "nft_drop": lambda: i.nft_drop(st, report, NETNS["nft"]),
-            **net[1],
         },
-        # NET_RX on one CPU needs the other for its sender, and would hide
-        # iowait and disturb the CPU cases: a phase of its own.
-        net[2],
         {
             "cpu": lambda: (i.cpu_quiet(st, report), i.cpu_saturated(st, report)),
         },
@@ -118,15 +109,13 @@ def main():
     report = i.Report()
     logdir = h.tmpdir("incidents")
     with contextlib.ExitStack() as cleanup:
-        for name in [*NETNS.values(), *n.NETNS.values()]:
+        for name in NETNS.values():
             cleanup.enter_context(r.netns(name))
         cleanup.enter_context(r.conntrack_max(i.CONNTRACK_LIMIT))
         for name in ("ct_full", "ct_quiet"):
             i.conntrack_setup(NETNS[name])
         st = s.Stack(logdir, HOST_USESCOPE_ARGS, args.without_rule)
         ns = {key: st.add_netns(NETNS[key]) for key in ("ct_full", "ct_quiet", "listen")}
-        n.setup()
-        ns.update({key: st.add_netns(n.NETNS[key]) for key in n.USESCOPE_IN})
         st.start()
         # Some history before any incident starts: the quiet cases and
         # predict_linear compare with it.
