@@ -62,6 +62,8 @@ step "fleet packaging (systemd-analyze, kubernetes-validate)" deploy/test.sh
 [ -x tests/e2e/run.sh ] && step "end-to-end with Prometheus and Alertmanager" tests/e2e/run.sh
 step "real incidents page through Prometheus and Alertmanager (root, about 5 min)" \
   env USESCOPE_BIN=target/release/usescope tests/incidents/run.sh
+step "fleet: 200 hosts, sharded HA Prometheus, Thanos, an Alertmanager pair (root, about 7 min)" \
+  env USESCOPE_BIN=target/release/usescope tests/fleet/run.sh
 step "containers on a real engine (own dockerd: image, capabilities, compose stack)" \
   env USESCOPE_BIN=target/release/usescope tests/container/run.sh
 
