@@ -2,7 +2,7 @@
 """Real incidents on this kernel, paged through real Prometheus and
 Alertmanager running the shipped rules scaled by scaling.FACTOR (root).
 
-Three phases, each running the incidents that do not disturb one another
+Four phases, each running the incidents that do not disturb one another
 in parallel (about 5 minutes in all):
   1. conntrack full and conntrack at 60% (two namespaces, one global
      nf_conntrack_max), listen overflow (a third namespace), UDP to a closed
@@ -10,8 +10,11 @@ in parallel (about 5 minutes in all):
      cgroups (each beside a quiet cgroup), the disk at 50% (quiet), and the
      filesystem full of files and data (which runs on into phase 3);
   2. iowait with a saturated loop device, and an nft drop rule;
-  3. CPU at 70% (quiet), then CPU saturation (after it, load5 would stay
+  3. NET_RX softirq on one CPU (its sender needs the other);
+  4. CPU at 70% (quiet), then CPU saturation (after it, load5 would stay
      high for minutes).
+The TCP incidents of net_incidents.py (retransmissions, ephemeral ports,
+delayed ACKs in phase 1, the SYN flood in phase 2) join them.
 CPU saturation runs alone: busy loops would hide iowait (a CPU accrues
 iowait only while idle) and slow every other incident.
 
@@ -36,6 +39,7 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import incidents as i  # noqa: E402
+import net_incidents as n  # noqa: E402
 import resources as r  # noqa: E402
 import stack as s  # noqa: E402
 from stack import h  # noqa: E402
@@ -46,12 +50,15 @@ HISTORY_S = 10
 # same alert on a real disk needs no flag.
 # --collector.cgroup: the per-cgroup incidents (CPU quota, OOM in a cgroup).
 HOST_USESCOPE_ARGS = [r"--collector.diskstats.device-exclude=^(z?ram|fd)\d+$", "--collector.cgroup"]
+# The TCP probes count every namespace (net_incidents.py).
+HOST_USESCOPE_ARGS += ["--probe.tcpretrans", "--probe.tcpconnect"]
 # Per run, so that two runs on one machine do not collide.
 NETNS = {key: f"usescope-{key}-{os.getpid()}" for key in ("ct_full", "ct_quiet", "listen", "nft")}
 
 
 def phases(st, report, ns):
     """Incident name -> callable, grouped by phase."""
+    net = n.phases(st, report, ns)
     return [
         {
             "conntrack_full": lambda: i.conntrack_full(st, report, NETNS["ct_full"], ns["ct_full"]),
@@ -63,11 +70,16 @@ def phases(st, report, ns):
             "filesystem_full": lambda: i.filesystem_full(st, report),
             "cgroup_cpu_quota": lambda: i.cgroup_cpu_quota(st, report),
             "cgroup_oom": lambda: i.cgroup_oom(st, report),
+            **net[0],
         },
         {
             "iowait_saturated": lambda: i.iowait_saturated(st, report),
             "nft_drop": lambda: i.nft_drop(st, report, NETNS["nft"]),
+            **net[1],
         },
+        # NET_RX on one CPU needs the other for its sender, and would hide
+        # iowait and disturb the CPU cases: a phase of its own.
+        net[2],
         {
             "cpu": lambda: (i.cpu_quiet(st, report), i.cpu_saturated(st, report)),
         },
@@ -109,13 +121,15 @@ def main():
     report = i.Report()
     logdir = h.tmpdir("incidents")
     with contextlib.ExitStack() as cleanup:
-        for name in NETNS.values():
+        for name in [*NETNS.values(), *n.NETNS.values()]:
             cleanup.enter_context(r.netns(name))
         cleanup.enter_context(r.conntrack_max(i.CONNTRACK_LIMIT))
         for name in ("ct_full", "ct_quiet"):
             i.conntrack_setup(NETNS[name])
         st = s.Stack(logdir, HOST_USESCOPE_ARGS, args.without_rule)
         ns = {key: st.add_netns(NETNS[key]) for key in ("ct_full", "ct_quiet", "listen")}
+        n.setup()
+        ns.update({key: st.add_netns(n.NETNS[key]) for key in n.USESCOPE_IN})
         st.start()
         # Some history before any incident starts: the quiet cases and
         # predict_linear compare with it.

@@ -24,7 +24,8 @@ NO_PROBES = ["--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"]
 # What a namespace's usescope is for. Only these: it runs in the mount
 # namespace `ip netns exec` makes, where mounts the host makes later are not
 # visible, so its filesystem collector would stat the wrong filesystem.
-NETNS_COLLECTORS = ["--collector.disable-defaults", "--collector.conntrack", "--collector.netstat"]
+NETNS_COLLECTORS = ["--collector.disable-defaults", "--collector.conntrack", "--collector.netstat",
+                    "--collector.tcpsockets", "--collector.netdev"]
 
 
 def usescope_in_netns(netns, logdir):
