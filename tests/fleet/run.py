@@ -520,7 +520,7 @@ class Stack:
         self.rule_proc.wait_ready("/-/ready")
 
     def prometheus_dir(self, shard, replica, fleet):
-        """deploy/fleet/prometheus/shard-N.yml with its intervals scaled, the
+        """deploy/fleet/prometheus/shard-0.yml (or -1) with its intervals scaled, the
         shipped rules scaled beside it, and the fleet's targets."""
         d = h.tmpdir(f"prom-config-{shard}{replica}")
         config = yaml.safe_load((DEPLOY / "prometheus" / f"shard-{shard}.yml").read_text())
@@ -651,14 +651,19 @@ def run(r, fleet, logdir):
         res = q.vector('count(up{job="usescope"} == 1)', dedup="true")
         return res and int(float(res[0]["value"][1])) == HOSTS
     starved_check(r, stack, f"Thanos Query sees all {HOSTS} hosts up", h.wait_for("hosts up", all_up, 120, 1))
-    raw = q.vector('up{job="usescope"}', dedup="false")
-    placement = {}
-    for s in raw:
-        placement.setdefault(s["metric"]["instance"], []).append((s["metric"].get("shard"), s["metric"].get("replica")))
-    wrong = {a: p for a, p in placement.items()
-             if sorted(p) != [(str(fleet.hosts[a]["shard"]), "a"), (str(fleet.hosts[a]["shard"]), "b")]}
+    def misplaced():
+        """Hosts not scraped by exactly both replicas of their own shard
+        (a replica's first scrapes are spread over an interval: asked
+        until they agree or time is up)."""
+        placement = {a: [] for a in fleet.hosts}
+        for s in q.vector('up{job="usescope"}', dedup="false"):
+            placement.setdefault(s["metric"]["instance"], []).append((s["metric"].get("shard"), s["metric"].get("replica")))
+        return {a: p for a, p in placement.items()
+                if sorted(p) != [(str(fleet.hosts[a]["shard"]), "a"), (str(fleet.hosts[a]["shard"]), "b")]}
+    h.wait_for("placement", lambda: not misplaced(), 60, 2)
+    wrong = misplaced()
     r.check("without dedup each host is scraped by both replicas of the shard its address hashes to, and no other",
-            not wrong and len(placement) == HOSTS, dict(list(wrong.items())[:5]))
+            not wrong, dict(list(wrong.items())[:5]))
     plain = q.vector('up{job="usescope"}')  # as Grafana asks: no dedup parameter
     r.check("Thanos Query deduplicates by default: one series per host, no replica label",
             len(plain) == HOSTS and not any("replica" in s["metric"] for s in plain), len(plain))
@@ -950,15 +955,18 @@ def report_rule_evaluation(stack):
         groups = Query(rep["prometheus"].url).get("/api/v1/rules")["data"]["groups"]
         total = sum(g["evaluationTime"] for g in groups)
         worst = max(groups, key=lambda g: g["evaluationTime"])
+        with urllib.request.urlopen(rep["prometheus"].url + "/metrics", timeout=30) as resp:
+            head = next((line.split()[-1] for line in resp.read().decode().splitlines()
+                         if line.startswith("prometheus_tsdb_head_series ")), "?")
         print(f"  shard {shard} replica {replica}: {total * 1000:.1f} ms in {len(groups)} groups, "
-              f"slowest {worst['name']} {worst['evaluationTime'] * 1000:.1f} ms")
+              f"slowest {worst['name']} {worst['evaluationTime'] * 1000:.1f} ms; {head} head series")
     groups = Query(stack.rule_proc.url).get("/api/v1/rules")["data"]["groups"]
     print("  thanos rule: " + ", ".join(f"{g['name']} {g['evaluationTime'] * 1000:.1f} ms" for g in groups))
 
 
 def report_query_latency(q):
     """Each dashboard query through Thanos Query, 3 times: instant, and a
-    range over the last 5 minutes at the scrape interval (100 points; a
+    range over the last 5 minutes at the scrape interval (60 points; a
     1-hour panel at a 15 s step has 240)."""
     print(f"Thanos Query latency of the fleet dashboard's queries ({HOSTS} hosts, dedup; median of 3, ms):")
     print("| panel | instant | range 5 min |")
