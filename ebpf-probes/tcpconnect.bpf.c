@@ -34,7 +34,7 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* include/net/tcp_states.h and uapi/linux/in.h: stable ABI values. */
+/* The kernel's TCP state numbers and IPPROTO_TCP: stable ABI values. */
 #define TCP_SYN_SENT_STATE 2
 #define TCP_CLOSE_STATE 7
 #define IPPROTO_TCP_NUM 6

@@ -35,8 +35,8 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* include/net/inet_connection_sock.h and include/net/tcp.h: #defines, so
- * not in BTF; they have not changed since they were introduced. */
+/* The kernel's own #defines (inet_connection_sock and tcp headers), so not
+ * in BTF; they have not changed since they were introduced. */
 #define ICSK_TIME_LOSS_PROBE 5
 #define TCP_CA_RECOVERY 3
 #define TCP_CA_LOSS 4

@@ -153,7 +153,7 @@ const INET_DIAG_BC_S_LE: u8 = 3;
 /// bytes), expires, rqueue, wqueue, uid, inode.
 const DIAG_MSG_LEN: usize = 72;
 
-/// include/net/tcp_states.h.
+/// The kernel's TCP state numbers (stable: `ss` and /proc/net/tcp print them).
 const TCP_SYN_RECV: u8 = 3;
 const TCP_LISTEN: u8 = 10;
 const SYN_RECV_AND_LISTEN: u32 = 1 << TCP_SYN_RECV | 1 << TCP_LISTEN;
