@@ -116,16 +116,11 @@ struct exits_counts {
 };
 
 /*
- * tasks: execs, and zombies as leaders that have exited (exited) less
- * those freed (freed, counted at free; replaced, counted at the exec
- * that released an old leader): the collector exports the difference.
- * Each field is written from one context only (freed in softirq).
+ * tasks: successful execs (zombies are counted by a task iterator at
+ * scrape time, with no counter here).
  */
 struct tasks_counts {
 	__u64 execs;
-	__u64 exited;
-	__u64 freed;
-	__u64 replaced;
 };
 
 /*

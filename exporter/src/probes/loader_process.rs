@@ -510,7 +510,9 @@ impl Handed {
                 fd: self.take(index)?,
             });
         }
-        if handed.links.len() != mode.programs.len() {
+        // One link per program of the mode, and possibly more that the
+        // probe made itself (tasks' iterator link), kept alive the same way.
+        if handed.links.len() < mode.programs.len() {
             return Err(ProbeError(format!(
                 "probe loader sent {} links for {} programs",
                 handed.links.len(),

@@ -319,9 +319,11 @@ pub struct Loaded {
     pub mode: &'static Mode,
     /// Programs and maps; the program and map fds are duplicated from here.
     pub ebpf: Ebpf,
-    /// One fd per attached program; closing it detaches the program.
+    /// One fd per attached program (and any link the probe made itself, such
+    /// as an iterator); closing it detaches the program.
     pub links: Vec<OwnedFd>,
-    /// Names the collector needs (drop reasons); empty for other probes.
+    /// Names the collector needs (drop reasons; the tasks iterator link's id);
+    /// empty for other probes.
     pub names: Vec<String>,
 }
 

@@ -116,6 +116,87 @@ pub fn prog_run_stats(prog: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     Ok((info.run_time_ns, info.run_cnt))
 }
 
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+const BPF_ITER_CREATE: libc::c_long = 33;
+/// enum bpf_attach_type
+const BPF_TRACE_ITER: u32 = 28;
+
+/// The link_create member of `union bpf_attr`, as far as an iterator
+/// without parameters needs it.
+#[repr(C)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    _rest: [u64; 4],
+}
+
+/// Attaches an `iter/*` program: the link [`iter_create`] runs it from.
+pub fn iter_link_create(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let attr = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_fd: 0,
+        attach_type: BPF_TRACE_ITER,
+        flags: 0,
+        _rest: [0; 4],
+    };
+    // SAFETY: a link_create attr with no iterator parameters (zeroed).
+    let fd = unsafe { bpf(BPF_LINK_CREATE, &attr) }?;
+    // SAFETY: the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The id of a BPF link (`struct bpf_link_info`'s second field).
+pub fn link_id(link: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut info = [0u32; 4];
+    let attr = InfoAttr {
+        bpf_fd: link.as_raw_fd() as u32,
+        info_len: std::mem::size_of_val(&info) as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    // SAFETY: the kernel writes at most info_len bytes to `info`.
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &attr) }?;
+    Ok(info[1])
+}
+
+/// A new fd for the link with this id (needs CAP_SYS_ADMIN).
+pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct IdAttr {
+        id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    let attr = IdAttr {
+        id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    // SAFETY: the get_fd_by_id attr.
+    let fd = unsafe { bpf(BPF_LINK_GET_FD_BY_ID, &attr) }?;
+    // SAFETY: the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A fresh iterator over an iterator link: reading it runs the program.
+pub fn iter_create(link: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct IterAttr {
+        link_fd: u32,
+        flags: u32,
+    }
+    let attr = IterAttr {
+        link_fd: link.as_raw_fd() as u32,
+        flags: 0,
+    };
+    // SAFETY: the iter_create attr.
+    let fd = unsafe { bpf(BPF_ITER_CREATE, &attr) }?;
+    // SAFETY: the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// The map-element member of `union bpf_attr`.
 #[repr(C)]
 struct LookupAttr {
