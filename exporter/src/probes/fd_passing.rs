@@ -15,10 +15,10 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
 
-/// The most descriptors one message carries. Three probes need about 21
-/// (a map, three programs and three links each); the kernel's own limit
-/// is 253 (SCM_MAX_FD).
-pub const MAX_FDS: usize = 64;
+/// The most descriptors one message carries: the kernel's own limit
+/// (SCM_MAX_FD). Each probe hands over its map, programs and links; the
+/// ten probes together need 68, past the 64 this once was.
+pub const MAX_FDS: usize = 253;
 /// The largest message body (a JSON report of a few kilobytes).
 pub const MAX_BYTES: usize = 64 * 1024;
 
