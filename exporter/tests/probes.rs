@@ -84,6 +84,10 @@ fn every_registered_probe_writes_the_families_it_declares() {
         "usescope_probe_up".to_string(),
         "usescope_probe_info".to_string(),
         "usescope_build_info".to_string(),
+        // the loadavg collector's (ARGS)
+        "usescope_tasks".to_string(),
+        "usescope_pid_max".to_string(),
+        "usescope_threads_max".to_string(),
     ];
     for p in usescope::probes::ALL {
         if !probe_up(&d, &expo, p.name) {
