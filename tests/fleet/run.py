@@ -4,7 +4,7 @@ simulated fleet, with the shipped rules and the fleet dashboard.
 
 - HOSTS (200) real usescope processes, each on its own loopback port and
   its own synthetic tree (hosttree.py: 2-16 CPUs, 1-4 disks, 1-4 NICs),
-  probes off (every host would see this one kernel). A ticker thread makes
+  probes off (every host would see this one kernel). A ticker process makes
   their CPU, disk and network counters grow at rates of their own.
 - Two hashmod shards, each an HA pair of Prometheus with a Thanos sidecar
   (replica a and b), Thanos Query deduplicating on `replica`, Thanos Ruler
@@ -13,9 +13,9 @@ simulated fleet, with the shipped rules and the fleet dashboard.
   flags of deploy/fleet/commands.yml and the configs of deploy/fleet; the
   rules' durations and the Alertmanager timings are divided by FACTOR (10)
   as in tests/incidents (scaling.py), the 15 s scrape and evaluation
-  interval by INTERVAL_FACTOR (5): 3 s.
+  interval by INTERVAL_FACTOR (3): 5 s.
 - Three hosts are made sick by editing their trees: a conntrack table at
-  95% (ConntrackTableFull), one CPU at 92% iowait with a busy disk
+  95% (ConntrackTableFull), one CPU at 95% iowait with a busy, queueing disk
   (HighIOWait), and /data 99% full, a tmpfs mounted under the host's root
   (FilesystemAlmostOutOfSpace). Of the shipped alerts these are the pages a
   tree can raise: DiskSaturated needs the weighted I/O time, MemoryBelow*
@@ -715,11 +715,12 @@ def run(r, fleet, logdir):
     time.sleep(10)
     b = fleet.scrape_all()
     at = time.time()
-    # Counters up to max_round stale at both ends of a 30 s window, and a
-    # sample stamped when its scrape started though the host answered up
-    # to the scrape's duration later.
+    # A counter is up to max_round stale when read, and a sample is stamped
+    # when its scrape started though the host answered up to the scrape's
+    # duration later: the two ends of a 30 s rate window are each off by
+    # between 0 and that much, so their difference by at most that much.
     slowest = max_scrape_duration(q, f"{time.time() - window_start:.0f}s")
-    STALENESS[0] = 2 * (fleet.max_round + slowest) / (scaling.duration_ms(scaling.scaled("5m")) / 1000)
+    STALENESS[0] = (fleet.max_round + slowest) / (scaling.duration_ms(scaling.scaled("5m")) / 1000)
     print(f"     ticker: longest round {fleet.max_round:.2f} s; slowest scrape {slowest:.2f} s; "
           f"rate tolerances widened by {STALENESS[0]:.3f}")
     values = {}
