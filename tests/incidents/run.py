@@ -149,7 +149,8 @@ def main():
     if args.json:
         Path(args.json).write_text(json.dumps(report.rows, indent=1))
     elapsed = time.monotonic() - started
-    report.check(f"the incident suite took {elapsed:.0f}s (budget 360 s)", elapsed <= 360)
+    # About 60 s of it is the NET_RX phase, which runs alone.
+    report.check(f"the incident suite took {elapsed:.0f}s (budget 480 s)", elapsed <= 480)
     failed = len(report.failures)
     for what in report.failures:
         print(f"failed: {what}")
