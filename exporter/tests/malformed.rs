@@ -181,10 +181,17 @@ fn volatile(line: &str) -> bool {
         || family == "usescope_build_info"
 }
 
+/// Families read from the running kernel rather than the tree, so they
+/// move between two scrapes of one tree: tcpsockets asks inet_diag for the
+/// daemon's own sockets. They are still a collector's own families.
+fn from_running_kernel(line: &str) -> bool {
+    family_of(line).starts_with("usescope_tcp_")
+}
+
 /// The exposition without volatile lines and without `owned` families.
 fn others(expo: &str, owned: &BTreeSet<String>) -> Vec<String> {
     expo.lines()
-        .filter(|l| !volatile(l))
+        .filter(|l| !volatile(l) && !from_running_kernel(l))
         .filter(|l| !owned.contains(family_of(l)))
         .map(str::to_string)
         .collect()
