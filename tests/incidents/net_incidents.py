@@ -175,8 +175,14 @@ def tcp_retrans(st, report, instance):
                  f"({k1['Tcp_RetransSegs']}); {retrans} of {out} segments retransmitted ({retrans / max(out, 1):.1%}), "
                  f"the recorded ratio {recorded}", scraped == k1["Tcp_RetransSegs"] and retrans > 0.01 * out)
     kinds = {k: k1[f"TcpExt_{k}"] - k0[f"TcpExt_{k}"] for k in ("TCPFastRetrans", "TCPTimeouts", "TCPLossProbes")}
+    # RetransSegs also counts segments whose retransmission then failed
+    # locally (TCPRetransFail): the probe counts what was sent. The probe's
+    # value is Prometheus's last sample, which may miss the stream's last
+    # few retransmissions: 1% of slack (exact equality is the Rust test's).
+    failed = k1.get("TcpExt_TCPRetransFail", 0) - k0.get("TcpExt_TCPRetransFail", 0)
     report.check(f"{incident}: the host's tcpretrans probe (every namespace) counts at least the namespace's "
-                 f"retransmissions: +{probe1 - probe0:.0f} against +{retrans} ({kinds})", probe1 - probe0 >= retrans)
+                 f"retransmissions: +{probe1 - probe0:.0f} against +{retrans} less {failed} failed ({kinds})",
+                 probe1 - probe0 >= 0.99 * (retrans - failed))
     i.expect_resolved(st, report, incident, "TCPRetransmissionsHigh", ended, labels)
 
 

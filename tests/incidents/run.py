@@ -2,19 +2,22 @@
 """Real incidents on this kernel, paged through real Prometheus and
 Alertmanager running the shipped rules scaled by scaling.FACTOR (root).
 
-Four phases, each running the incidents that do not disturb one another
-in parallel (about 5 minutes in all):
+Six phases, each running the incidents that do not disturb one another
+in parallel (about 8 minutes in all):
   1. conntrack full and conntrack at 60% (two namespaces, one global
      nf_conntrack_max), listen overflow (a third namespace), UDP to a closed
      port, memory pressure in a cgroup, a CPU quota and an OOM kill in
      cgroups (each beside a quiet cgroup), the disk at 50% (quiet), and the
-     filesystem full of files and data (which runs on into phase 3);
+     filesystem full of files and data (which runs on into later phases);
   2. iowait with a saturated loop device, and an nft drop rule;
-  3. NET_RX softirq on one CPU (its sender needs the other);
-  4. CPU at 70% (quiet), then CPU saturation (after it, load5 would stay
+  3. the TCP incidents of net_incidents.py: retransmissions, ephemeral
+     ports, delayed ACKs, each beside its quiet neighbour;
+  4. the SYN flood and its quiet neighbour;
+  5. NET_RX softirq on one CPU (its sender needs the other);
+  6. CPU at 70% (quiet), then CPU saturation (after it, load5 would stay
      high for minutes).
-The TCP incidents of net_incidents.py (retransmissions, ephemeral ports,
-delayed ACKs in phase 1, the SYN flood in phase 2) join them.
+The packet-heavy TCP phases keep away from the iowait cases, which need
+CPU 1 idle to book iowait.
 CPU saturation runs alone: busy loops would hide iowait (a CPU accrues
 iowait only while idle) and slow every other incident.
 
@@ -70,13 +73,16 @@ def phases(st, report, ns):
             "filesystem_full": lambda: i.filesystem_full(st, report),
             "cgroup_cpu_quota": lambda: i.cgroup_cpu_quota(st, report),
             "cgroup_oom": lambda: i.cgroup_oom(st, report),
-            **net[0],
         },
         {
             "iowait_saturated": lambda: i.iowait_saturated(st, report),
             "nft_drop": lambda: i.nft_drop(st, report, NETNS["nft"]),
-            **net[1],
         },
+        # The TCP incidents load both CPUs with packets (a 12 600/s SYN
+        # flood, a lossy stream): beside the iowait cases they took CPU 1,
+        # which then booked no iowait. Phases of their own.
+        net[0],
+        net[1],
         # NET_RX on one CPU needs the other for its sender, and would hide
         # iowait and disturb the CPU cases: a phase of its own.
         net[2],
@@ -149,8 +155,8 @@ def main():
     if args.json:
         Path(args.json).write_text(json.dumps(report.rows, indent=1))
     elapsed = time.monotonic() - started
-    # About 60 s of it is the NET_RX phase, which runs alone.
-    report.check(f"the incident suite took {elapsed:.0f}s (budget 480 s)", elapsed <= 480)
+    # The NET_RX phase (about 60 s) and the two TCP phases run alone.
+    report.check(f"the incident suite took {elapsed:.0f}s (budget 720 s)", elapsed <= 720)
     failed = len(report.failures)
     for what in report.failures:
         print(f"failed: {what}")
