@@ -34,10 +34,13 @@ char LICENSE[] SEC("license") = "GPL";
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	/* 0: every wait; 1: the waits of cgroups that found us_rq_cg full */
+	__uint(max_entries, 2);
 	__type(key, u32);
 	__type(value, struct runqlat_hist);
 } us_rq_hist SEC(".maps");
+
+#include "runqlat_cgroup.h"
 
 /* Kernels before 5.14 call the field `state`. */
 struct task_struct___o {
@@ -143,7 +146,7 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 				      struct task_struct *next, const bool direct)
 {
 	struct runqlat_hist *h;
-	u32 zero = 0;
+	u32 zero = 0, b;
 	u64 *start, delta;
 	/* One clock read serves both tasks: prev stops running at the very
 	 * instant next starts. */
@@ -166,8 +169,10 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 	*start = 0;
 	if ((s64)delta < 0)
 		return;
-	h->slots[bucket_of(delta)]++;
+	b = bucket_of(delta);
+	h->slots[b]++;
 	h->sum_ns += delta;
+	cgroup_account(next, b, delta, direct);
 }
 
 SEC("tp_btf/sched_wakeup")

@@ -39,10 +39,13 @@ char LICENSE[] SEC("license") = "GPL";
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	/* 0: every wait; 1: the waits of cgroups that found us_rq_cg full */
+	__uint(max_entries, 2);
 	__type(key, u32);
 	__type(value, struct runqlat_hist);
 } us_rq_hist SEC(".maps");
+
+#include "runqlat_cgroup.h"
 
 /* task -> its run_delay at its last switch-out. Freed with the task. */
 struct {
@@ -61,7 +64,7 @@ int BPF_PROG(us_rq_delay_btf, bool preempt, struct task_struct *prev,
 {
 	struct runqlat_hist *h;
 	u64 *seen, delay, wait;
-	u32 zero = 0;
+	u32 zero = 0, b;
 
 	if (!prev->pid || (target_tgid && prev->tgid != target_tgid))
 		return 0; /* the idle task, or filtered */
@@ -86,7 +89,9 @@ int BPF_PROG(us_rq_delay_btf, bool preempt, struct task_struct *prev,
 	}
 	if ((s64)wait < 0)
 		return 0;
-	h->slots[bucket_of(wait)]++;
+	b = bucket_of(wait);
+	h->slots[b]++;
 	h->sum_ns += wait;
+	cgroup_account(prev, b, wait, true);
 	return 0;
 }

@@ -30,7 +30,7 @@
 
 mod fold;
 mod hierarchy;
-mod labels;
+pub(crate) mod labels;
 pub mod parse;
 mod read;
 mod walk;

@@ -15,6 +15,9 @@
 //! - `tp_btf+lru_hash`, `raw_tp+lru_hash` (runqlat.bpf.c built with
 //!   RUNQLAT_START_LRU): the same with a bounded LRU hash keyed by pid,
 //!   which evicts under churn, for kernels that refuse task storage.
+//!
+//! `--probe.runqlat.per-cgroup` adds a histogram per cgroup
+//! ([`cgroup`], in every mode), bounded by `--probe.runqlat.max-cgroups`.
 
 use super::layout::{LOG2_HIST_BUCKETS, RUNQLAT_MISSED_WORD, RUNQLAT_SUM_WORD, RunqlatHist};
 use super::loader::{self, Kind, Mode, ProbeError};
@@ -24,6 +27,9 @@ use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder, u64_label};
+
+#[path = "runqlat_cgroup.rs"]
+pub mod cgroup;
 
 pub const SPEC: ProbeSpec = ProbeSpec {
     name: "runqlat",
@@ -61,8 +67,22 @@ pub const SPEC: ProbeSpec = ProbeSpec {
             default: None,
             value_name: Some("PID"),
         },
+        ProbeFlag {
+            name: PER_CGROUP,
+            help: "Also a run-queue latency histogram per cgroup (usescope_cgroup_runqueue_latency_seconds), cgroups labelled and selected as the cgroup collector does by default; about 40 ns more per wait",
+            kind: ProbeFlagKind::Bool,
+            default: None,
+            value_name: None,
+        },
+        ProbeFlag {
+            name: MAX_CGROUPS,
+            help: "Most cgroups the per-cgroup histogram map holds (--probe.runqlat.per-cgroup); waits of the cgroups past it are counted in cgroup=\"other\" and usescope_cgroup_runqueue_latency_overflow_total",
+            kind: ProbeFlagKind::U32 { min: 1 },
+            default: Some("256"),
+            value_name: None,
+        },
     ],
-    metrics: &[&LATENCY, &MISSED],
+    metrics: &[&LATENCY, &MISSED, &cgroup::LATENCY, &cgroup::OVERFLOW],
     load,
     build: collector,
 };
@@ -76,6 +96,11 @@ pub const MAX_TASKS: &str = "probe.runqlat.max-tasks";
 pub const SOURCE: &str = "probe.runqlat.source";
 /// `--probe.runqlat.pid`: only this process's tasks (unset: all).
 pub const PID: &str = "probe.runqlat.pid";
+/// `--probe.runqlat.per-cgroup`: a histogram per cgroup too.
+pub const PER_CGROUP: &str = "probe.runqlat.per-cgroup";
+/// `--probe.runqlat.max-cgroups`: entries of the per-cgroup map.
+pub const MAX_CGROUPS: &str = "probe.runqlat.max-cgroups";
+const DEFAULT_MAX_CGROUPS: u32 = 256;
 
 const DEFAULT_MAX_TASKS: u32 = 10240;
 
@@ -160,10 +185,27 @@ const VALUE_SIZE: usize = size_of::<RunqlatHist>();
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let max_tasks = settings.number(MAX_TASKS).unwrap_or(DEFAULT_MAX_TASKS);
     let pid = settings.number(PID).unwrap_or(0);
+    // The hierarchy is chosen once, here, from what is mounted; without
+    // the flag the kernel side compiles its per-cgroup code out.
+    let hierarchy = if settings.switch(PER_CGROUP) {
+        Some(cgroup::Hierarchy::find().map_err(ProbeError)?)
+    } else {
+        None
+    };
+    let cgroup_by = hierarchy.as_ref().map_or(0u32, |h| h.by);
+    let max_cgroups = match hierarchy {
+        Some(_) => settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS),
+        None => 1,
+    };
+    fn configure<'a>(l: &mut aya::EbpfLoader<'a>, pid: &'a u32, by: &'a u32, max: u32) {
+        l.override_global("target_tgid", pid, true);
+        l.override_global("cgroup_by", by, true);
+        l.map_max_entries(cgroup::MAP, max);
+    }
     let lru = || {
         loader::load_and_attach("runqlat_lru", &kernel.btf, LRU_MODES, |l| {
             l.map_max_entries("us_rq_start", max_tasks);
-            l.override_global("target_tgid", &pid, true);
+            configure(l, &pid, &cgroup_by, max_cgroups);
         })
     };
     // aya 0.14 creates a task-storage map like any other but has no
@@ -171,14 +213,14 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     let task_storage = || {
         loader::load_and_attach("runqlat", &kernel.btf, TASK_STORAGE_MODES, |l| {
             l.allow_unsupported_maps();
-            l.override_global("target_tgid", &pid, true);
+            configure(l, &pid, &cgroup_by, max_cgroups);
         })
     };
     let sched_info = || {
         sched_info_kept()?;
         loader::load_and_attach("runqlat_delay", &kernel.btf, SCHED_INFO_MODES, |l| {
             l.allow_unsupported_maps();
-            l.override_global("target_tgid", &pid, true);
+            configure(l, &pid, &cgroup_by, max_cgroups);
         })
     };
     let first: &[&dyn Fn() -> Result<Loaded, ProbeError>] = match source(settings) {
@@ -189,7 +231,12 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     let mut refused: Vec<String> = Vec::new();
     for attempt in first {
         match attempt() {
-            Ok(loaded) => return Ok(loaded),
+            Ok(mut loaded) => {
+                if let Some(h) = &hierarchy {
+                    loaded.names = cgroup_names(&loaded, h)?;
+                }
+                return Ok(loaded);
+            }
             Err(e) => {
                 tracing::info!(probe = "runqlat", cause = %e, "design refused; trying the next one");
                 refused.push(e.0);
@@ -197,6 +244,20 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
         }
     }
     Err(ProbeError(refused.join("; ")))
+}
+
+/// What the daemon needs to open the per-cgroup map: its id (the daemon
+/// opens its own fd by id, as tasks does its iterator link), then the
+/// hierarchy.
+fn cgroup_names(loaded: &Loaded, h: &cgroup::Hierarchy) -> Result<Vec<String>, ProbeError> {
+    use std::os::fd::AsFd;
+    let Some(aya::maps::Map::PerCpuHashMap(map)) = loaded.ebpf.map(cgroup::MAP) else {
+        return Err(ProbeError(format!("map {} missing from the object", cgroup::MAP)));
+    };
+    let id = super::sys::map_id(map.fd().as_fd())
+        .map_err(|e| ProbeError(format!("map {}: {e}", cgroup::MAP)))?;
+    let [by, root] = h.to_names();
+    Ok(vec![id.to_string(), by, root])
 }
 
 /// Whether the scheduler keeps `sched_info` up to date. The field exists
@@ -220,10 +281,19 @@ fn sched_info_kept() -> Result<(), ProbeError> {
 /// In the daemon: the collector over the handed-over histogram map.
 pub fn collector(
     map: std::os::fd::OwnedFd,
-    _names: Vec<String>,
+    names: Vec<String>,
     settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
+    let cgroups = if names.is_empty() {
+        None
+    } else {
+        let hist = map
+            .try_clone()
+            .map_err(|e| format!("duplicating the fd of {MAP}: {e}"))?;
+        Some(cgroup::CgroupHist::new(&names, hist)?)
+    };
     Ok(Box::new(RunqlatCollector {
+        cgroups,
         hist: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
         per_cpu: settings.switch(PER_CPU),
         slots: [0; LOG2_HIST_BUCKETS + 1],
@@ -233,6 +303,8 @@ pub fn collector(
 
 struct RunqlatCollector {
     hist: PerCpuStruct,
+    /// `--probe.runqlat.per-cgroup`.
+    cgroups: Option<cgroup::CgroupHist>,
     per_cpu: bool,
     /// Per-bucket counts being summed, reused across scrapes.
     slots: Slots,
@@ -273,6 +345,14 @@ impl Collector for RunqlatCollector {
         }
         enc.family(&MISSED);
         enc.sample(&MISSED, &[], self.hist.sum(RUNQLAT_MISSED_WORD));
+        match &mut self.cgroups {
+            Some(c) => c.collect(enc)?,
+            // Declared families are always written (tests/probes.rs).
+            None => {
+                enc.family(&cgroup::LATENCY);
+                enc.family(&cgroup::OVERFLOW);
+            }
+        }
         Ok(())
     }
 }

@@ -18,7 +18,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Command numbers from include/uapi/linux/bpf.h.
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
@@ -161,8 +163,23 @@ pub fn link_id(link: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(info[1])
 }
 
+/// The id of a BPF map: `struct bpf_map_info` starts as `bpf_link_info`
+/// does, type then id.
+pub fn map_id(map: BorrowedFd<'_>) -> io::Result<u32> {
+    link_id(map)
+}
+
 /// A new fd for the link with this id (needs CAP_SYS_ADMIN).
 pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    fd_by_id(BPF_LINK_GET_FD_BY_ID, id)
+}
+
+/// A new read-write fd for the map with this id (needs CAP_SYS_ADMIN).
+pub fn map_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    fd_by_id(BPF_MAP_GET_FD_BY_ID, id)
+}
+
+fn fd_by_id(cmd: libc::c_long, id: u32) -> io::Result<OwnedFd> {
     #[repr(C)]
     struct IdAttr {
         id: u32,
@@ -175,7 +192,7 @@ pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
         open_flags: 0,
     };
     // SAFETY: the get_fd_by_id attr.
-    let fd = unsafe { bpf(BPF_LINK_GET_FD_BY_ID, &attr) }?;
+    let fd = unsafe { bpf(cmd, &attr) }?;
     // SAFETY: the kernel returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
@@ -240,6 +257,27 @@ pub unsafe fn lookup_percpu_key<K>(
     // `key` and `buf` match the map's key and value sizes.
     unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) }?;
     Ok(())
+}
+
+/// Deletes `key` from a hash map with u64 keys; Ok(false) if it was not
+/// there.
+///
+/// # Safety
+/// The map's key size must be 8 bytes: that is what the kernel reads.
+pub unsafe fn delete_u64_key(map: BorrowedFd<'_>, key: u64) -> io::Result<bool> {
+    let attr = LookupAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: &key as *const u64 as u64,
+        value: 0,
+        flags: 0,
+    };
+    // SAFETY: the map-element attr; the kernel reads 8 bytes at `key`.
+    match unsafe { bpf(BPF_MAP_DELETE_ELEM, &attr) } {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The key after `prev` in a hash map with u64 keys (the first key when

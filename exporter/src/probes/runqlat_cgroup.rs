@@ -1,0 +1,501 @@
+//! `--probe.runqlat.per-cgroup`: `usescope_cgroup_runqueue_latency_seconds`,
+//! the run-queue latency histogram of each cgroup, labelled as the cgroup
+//! collector labels its series (`cgroup`, `container_id`, `pod_uid`).
+//!
+//! The kernel side (ebpf-probes/runqlat_cgroup.h) keys a per-CPU hash by
+//! the waiting task's cgroup id in one hierarchy: the v1 `cpu` controller's
+//! where it is mounted, else the v2 (unified) one, chosen here at load time
+//! ([`Hierarchy::find`]). A cgroup's kernfs id is its directory's inode
+//! number, so user space resolves ids by walking that hierarchy
+//! ([`Resolver`]): once at start, again when an id is unknown (at most once
+//! per scrape), bounded by [`MAX_WALK`] directories and [`MAX_DEPTH`]
+//! levels.
+//!
+//! Labels: an id's series is its topmost ancestor-or-self that the cgroup
+//! collector's default selection ([`DEFAULT_SELECT`]) matches, so a series
+//! here has the `cgroup` label of the cgroup collector's series for the
+//! same cgroup; ids with no selected ancestor, ids past the walk's bounds
+//! and the waits of cgroups that found the map full are summed into
+//! `cgroup="other"`. So the histograms add up to the host's
+//! `usescope_runqueue_latency_seconds`.
+//!
+//! Each series grows by the increases of the ids summed into it, so its
+//! counts never go down when a child cgroup ends and its entry is deleted.
+//! Entries whose cgroup has gone are deleted from the map (found when an
+//! entry stopped growing and its directory no longer has its inode), and a
+//! series disappears with its last entry.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
+use crate::probes::log2_hist::{self, Slots};
+use crate::probes::percpu::{PerCpuHash, PerCpuStruct};
+use crate::probes::sys;
+use crate::collectors::cgroup::DEFAULT_SELECT;
+use crate::collectors::cgroup::labels::{MAX_LABEL_BYTES, escape_into, workload_ids};
+use crate::error::CollectError;
+use crate::exposition::{Desc, Encoder};
+
+/// The per-CPU hash of per-cgroup histograms.
+pub const MAP: &str = "us_rq_cg";
+/// Entry of us_rq_hist holding the waits of cgroups that found the map
+/// full (RQ_HIST_OVERFLOW_KEY in runqlat_cgroup.h).
+const OVERFLOW_KEY: u32 = 1;
+/// Most directories one walk of the hierarchy examines.
+pub const MAX_WALK: usize = 10_000;
+/// Deepest level below the hierarchy's root a walk examines.
+pub const MAX_DEPTH: usize = 32;
+
+pub const LATENCY: Desc = Desc::histogram(
+    "usescope_cgroup_runqueue_latency_seconds",
+    "Time the tasks of each cgroup spent runnable on a run queue before running (--probe.runqlat.per-cgroup; cgroup=\"other\" sums unselected cgroups and those past --probe.runqlat.max-cgroups).",
+);
+pub const OVERFLOW: Desc = Desc::counter(
+    "usescope_cgroup_runqueue_latency_overflow_total",
+    "Waits of cgroups that found the per-cgroup map full (--probe.runqlat.max-cgroups), counted in cgroup=\"other\".",
+);
+
+/// The hierarchy whose cgroup ids the kernel side reads, and the value of
+/// its `cgroup_by` global.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    pub by: u32,
+    pub root: PathBuf,
+}
+
+/// `cgroup_by` values (runqlat_cgroup.h).
+pub const BY_V1_CPU: u32 = 1;
+pub const BY_V2: u32 = 2;
+
+impl Hierarchy {
+    /// From /proc/self/mountinfo: the v1 hierarchy with the `cpu`
+    /// controller if one is mounted (v1 and hybrid hosts), else a cgroup2
+    /// mount.
+    pub fn find() -> Result<Hierarchy, String> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        Self::from_mountinfo(&text)
+            .ok_or_else(|| "no cgroup hierarchy with the cpu controller and no cgroup2 mount in /proc/self/mountinfo".to_string())
+    }
+
+    fn from_mountinfo(text: &str) -> Option<Hierarchy> {
+        let mut v2 = None;
+        for line in text.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let Some(mount_point) = left.split(' ').nth(4) else {
+                continue;
+            };
+            let mut r = right.split(' ');
+            let (fstype, _source, options) = (r.next(), r.next(), r.next().unwrap_or(""));
+            match fstype {
+                Some("cgroup") if options.split(',').any(|o| o == "cpu") => {
+                    return Some(Hierarchy {
+                        by: BY_V1_CPU,
+                        root: PathBuf::from(unescape(mount_point)),
+                    });
+                }
+                Some("cgroup2") if v2.is_none() => {
+                    v2 = Some(Hierarchy {
+                        by: BY_V2,
+                        root: PathBuf::from(unescape(mount_point)),
+                    });
+                }
+                _ => {}
+            }
+        }
+        v2
+    }
+
+    /// What travels to the daemon in `Loaded::names` (after the map id).
+    pub fn to_names(&self) -> [String; 2] {
+        [self.by.to_string(), self.root.display().to_string()]
+    }
+
+    fn from_names(by: &str, root: &str) -> Result<Hierarchy, String> {
+        match by.parse() {
+            Ok(by @ (BY_V1_CPU | BY_V2)) => Ok(Hierarchy {
+                by,
+                root: PathBuf::from(root),
+            }),
+            _ => Err(format!("the probe loader sent an unknown cgroup hierarchy kind {by:?}")),
+        }
+    }
+}
+
+/// mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Cgroup id (directory inode) → path below the root, from bounded walks.
+pub struct Resolver {
+    root: PathBuf,
+    paths: HashMap<u64, Vec<u8>>,
+    /// Whether the last walk stopped at a bound (then an unknown id may be
+    /// a live cgroup it did not reach).
+    limited: bool,
+}
+
+impl Resolver {
+    pub fn new(root: PathBuf) -> Resolver {
+        Resolver {
+            root,
+            paths: HashMap::new(),
+            limited: false,
+        }
+    }
+
+    /// Walks the hierarchy again, depth first, links not followed.
+    pub fn refresh(&mut self) {
+        use std::os::unix::ffi::OsStrExt;
+        self.paths.clear();
+        self.limited = false;
+        let Ok(meta) = std::fs::metadata(&self.root) else {
+            return;
+        };
+        self.paths.insert(meta.ino(), b"/".to_vec());
+        let mut stack: Vec<(PathBuf, Vec<u8>, usize)> = vec![(self.root.clone(), Vec::new(), 0)];
+        let mut walked = 1;
+        while let Some((dir, rel, depth)) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue; // gone mid-walk
+            };
+            for e in entries.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                if walked >= MAX_WALK || depth + 1 > MAX_DEPTH {
+                    self.limited = true;
+                    continue;
+                }
+                walked += 1;
+                let mut path = rel.clone();
+                path.push(b'/');
+                path.extend_from_slice(e.file_name().as_bytes());
+                self.paths.insert(e.ino(), path.clone());
+                stack.push((e.path(), path, depth + 1));
+            }
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&[u8]> {
+        self.paths.get(&id).map(Vec::as_slice)
+    }
+
+    /// Whether the cgroup `id` resolved to `path` still exists.
+    fn alive(&self, id: u64, path: &[u8]) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let rel = Path::new(std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path)));
+        std::fs::symlink_metadata(self.root.join(rel)).is_ok_and(|m| m.ino() == id)
+    }
+}
+
+/// The label an id's waits are summed under: the topmost selected
+/// ancestor-or-self of its path, or None for `other`.
+fn label_of(path: &[u8], select: &Regex) -> Option<String> {
+    let mut label = String::new();
+    let mut end = 0;
+    while end < path.len() {
+        end = path[end + 1..]
+            .iter()
+            .position(|&c| c == b'/')
+            .map_or(path.len(), |i| end + 1 + i);
+        escape_into(&path[..end], &mut label);
+        if select.is_match(&label) {
+            return (label.len() <= MAX_LABEL_BYTES).then_some(label);
+        }
+    }
+    None
+}
+
+#[derive(Default)]
+struct Series {
+    slots: Slots,
+    sum_ns: u64,
+    container_id: String,
+    pod_uid: String,
+    /// Entries summed into it that were in the map at the last read.
+    entries: usize,
+}
+
+impl Series {
+    fn add(&mut self, slots: &Slots, sum_ns: u64) {
+        for (a, b) in self.slots.iter_mut().zip(slots) {
+            *a = a.wrapping_add(*b);
+        }
+        self.sum_ns = self.sum_ns.wrapping_add(sum_ns);
+    }
+}
+
+struct Entry {
+    /// None: folded into `other`.
+    label: Option<String>,
+    path: Vec<u8>,
+    last: Slots,
+    last_sum: u64,
+}
+
+/// The per-cgroup part of runqlat's collector.
+pub struct CgroupHist {
+    map: PerCpuHash,
+    overflow: PerCpuStruct,
+    resolver: Resolver,
+    select: Regex,
+    entries: HashMap<u64, Entry>,
+    series: HashMap<String, Series>,
+    other: Series,
+    overflow_last: Slots,
+    overflow_sum_last: u64,
+    overflow_total: u64,
+    /// Scratch, reused.
+    keys: Vec<u64>,
+    order: Vec<String>,
+    buckets: Vec<(f64, u64)>,
+}
+
+impl CgroupHist {
+    /// In the daemon, before privileges are dropped: `names` is what
+    /// `load` sent (map id, hierarchy kind, root); `hist` a new fd of
+    /// us_rq_hist.
+    pub fn new(names: &[String], hist: OwnedFd) -> Result<CgroupHist, String> {
+        let [id, by, root] = names else {
+            return Err(format!("the probe loader sent {names:?} for the per-cgroup map"));
+        };
+        let id: u32 = id.parse().map_err(|_| format!("bad map id {id:?}"))?;
+        let hierarchy = Hierarchy::from_names(by, root)?;
+        let fd = sys::map_fd_by_id(id).map_err(|e| format!("map {MAP} (id {id}): {e}"))?;
+        let mut resolver = Resolver::new(hierarchy.root);
+        resolver.refresh();
+        Ok(CgroupHist {
+            map: PerCpuHash::from_fd(MAP, fd, size_of::<RunqlatHist>())?,
+            overflow: PerCpuStruct::from_fd(super::MAP, hist, size_of::<RunqlatHist>())?,
+            resolver,
+            select: Regex::new(DEFAULT_SELECT).map_err(|e| e.to_string())?,
+            entries: HashMap::new(),
+            series: HashMap::new(),
+            other: Series::default(),
+            overflow_last: [0; LOG2_HIST_BUCKETS + 1],
+            overflow_sum_last: 0,
+            overflow_total: 0,
+            keys: Vec::new(),
+            order: Vec::new(),
+            buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
+        })
+    }
+
+    pub fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        let err = |e: std::io::Error| CollectError::other("bpf map us_rq_cg", e.to_string());
+        self.overflow.read_entry(OVERFLOW_KEY).map_err(err)?;
+        let (slots, sum) = totals(self.overflow.cpus());
+        let (inc, inc_sum) = increase(&slots, sum, &self.overflow_last, self.overflow_sum_last);
+        self.other.add(&inc, inc_sum);
+        self.overflow_total = slots.iter().fold(0u64, |a, b| a.wrapping_add(*b));
+        (self.overflow_last, self.overflow_sum_last) = (slots, sum);
+
+        self.map.read().map_err(err)?;
+        for s in self.series.values_mut() {
+            s.entries = 0;
+        }
+        self.keys.clear();
+        let mut refreshed = false;
+        let mut dead = Vec::new();
+        let cur: Vec<(u64, Slots, u64)> = self
+            .map
+            .entries()
+            .map(|(id, cpus)| {
+                let (s, n) = totals(cpus);
+                (id, s, n)
+            })
+            .collect();
+        for (id, slots, sum) in cur {
+            if !self.entries.contains_key(&id) {
+                if self.resolver.get(id).is_none() && !refreshed {
+                    self.resolver.refresh();
+                    refreshed = true;
+                }
+                let path = match self.resolver.get(id) {
+                    Some(p) => p.to_vec(),
+                    // Past the walk's bounds: counted, in `other`.
+                    None if self.resolver.limited => Vec::new(),
+                    None => {
+                        dead.push(id);
+                        continue;
+                    }
+                };
+                let label = if path.is_empty() {
+                    None
+                } else {
+                    label_of(&path, &self.select)
+                };
+                self.entries.insert(
+                    id,
+                    Entry {
+                        label,
+                        path,
+                        last: [0; LOG2_HIST_BUCKETS + 1],
+                        last_sum: 0,
+                    },
+                );
+            }
+            let e = self.entries.get_mut(&id).expect("inserted above");
+            // An entry that stopped growing may belong to a cgroup that has
+            // gone; one that grows has tasks, so it has not.
+            if sum == e.last_sum && !e.path.is_empty() && !self.resolver.alive(id, &e.path) {
+                dead.push(id);
+                self.entries.remove(&id);
+                continue;
+            }
+            let (inc, inc_sum) = increase(&slots, sum, &e.last, e.last_sum);
+            (e.last, e.last_sum) = (slots, sum);
+            self.keys.push(id);
+            match &e.label {
+                Some(l) => {
+                    let s = self.series.entry(l.clone()).or_insert_with(|| {
+                        let (container_id, pod_uid) = workload_ids(l);
+                        Series {
+                            container_id,
+                            pod_uid,
+                            ..Series::default()
+                        }
+                    });
+                    s.entries += 1;
+                    s.add(&inc, inc_sum);
+                }
+                None => self.other.add(&inc, inc_sum),
+            }
+        }
+        for id in dead {
+            self.map.delete(id).map_err(err)?;
+            self.entries.remove(&id);
+        }
+        // Entries the kernel no longer has (deleted above at an earlier
+        // scrape): forget them; a series without entries has ended.
+        let keys = &self.keys;
+        self.entries.retain(|id, _| keys.contains(id));
+        self.series.retain(|_, s| s.entries > 0);
+
+        enc.family(&LATENCY);
+        self.order.clear();
+        self.order.extend(self.series.keys().cloned());
+        self.order.sort();
+        for l in &self.order {
+            let s = &self.series[l];
+            let labels = [
+                ("cgroup", l.as_str()),
+                ("container_id", s.container_id.as_str()),
+                ("pod_uid", s.pod_uid.as_str()),
+            ];
+            log2_hist::write(enc, &LATENCY, &mut self.buckets, &s.slots, &labels, s.sum_ns);
+        }
+        let labels = [("cgroup", "other"), ("container_id", ""), ("pod_uid", "")];
+        log2_hist::write(
+            enc,
+            &LATENCY,
+            &mut self.buckets,
+            &self.other.slots,
+            &labels,
+            self.other.sum_ns,
+        );
+        enc.family(&OVERFLOW);
+        enc.sample(&OVERFLOW, &[], self.overflow_total);
+        Ok(())
+    }
+}
+
+/// One entry's slots and nanosecond sum, over CPUs.
+fn totals<'a>(cpus: impl Iterator<Item = &'a [u64]>) -> (Slots, u64) {
+    let mut slots = [0; LOG2_HIST_BUCKETS + 1];
+    let mut sum = 0u64;
+    for cpu in cpus {
+        log2_hist::add_cpu(&mut slots, cpu);
+        sum = sum.wrapping_add(cpu.get(RUNQLAT_SUM_WORD).copied().unwrap_or(0));
+    }
+    (slots, sum)
+}
+
+/// What an entry grew by since the last read.
+fn increase(now: &Slots, sum: u64, last: &Slots, last_sum: u64) -> (Slots, u64) {
+    let mut inc = [0; LOG2_HIST_BUCKETS + 1];
+    for (i, d) in inc.iter_mut().enumerate() {
+        *d = now[i].wrapping_sub(last[i]);
+    }
+    (inc, sum.wrapping_sub(last_sum))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_cpu_hierarchy_is_preferred_to_cgroup2() {
+        let text = "\
+30 25 0:26 / /sys/fs/cgroup/unified rw,relatime shared:4 - cgroup2 cgroup2 rw
+31 25 0:27 / /sys/fs/cgroup/cpu rw,relatime shared:5 - cgroup cgroup rw,cpu
+32 25 0:28 / /sys/fs/cgroup/cpuacct rw,relatime shared:6 - cgroup cgroup rw,cpuacct
+";
+        let h = Hierarchy::from_mountinfo(text).unwrap();
+        assert_eq!((h.by, h.root), (BY_V1_CPU, PathBuf::from("/sys/fs/cgroup/cpu")));
+        let joint = "31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
+        let h = Hierarchy::from_mountinfo(joint).unwrap();
+        assert_eq!(h.root, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"));
+        // cpuacct alone or cpuset is not `cpu`.
+        let v2 = "\
+32 25 0:28 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct
+33 25 0:29 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset
+24 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate
+";
+        let h = Hierarchy::from_mountinfo(v2).unwrap();
+        assert_eq!((h.by, h.root), (BY_V2, PathBuf::from("/sys/fs/cgroup")));
+        assert_eq!(Hierarchy::from_mountinfo("24 1 0:22 / / rw - ext4 /dev/sda rw\n"), None);
+        assert_eq!(unescape(r"/a\040b"), "/a b");
+    }
+
+    #[test]
+    fn label_is_the_topmost_selected_ancestor() {
+        let re = Regex::new(DEFAULT_SELECT).unwrap();
+        assert_eq!(label_of(b"/", &re), None);
+        assert_eq!(label_of(b"/user.slice", &re), None);
+        assert_eq!(
+            label_of(b"/system.slice/ssh.service", &re).as_deref(),
+            Some("/system.slice/ssh.service")
+        );
+        assert_eq!(
+            label_of(b"/system.slice/a.service/child/x.scope", &re).as_deref(),
+            Some("/system.slice/a.service")
+        );
+        let long = format!("/{}.scope", "a".repeat(MAX_LABEL_BYTES));
+        assert_eq!(label_of(long.as_bytes(), &re), None);
+    }
+
+    #[test]
+    fn increases_wrap() {
+        let mut now = [0; LOG2_HIST_BUCKETS + 1];
+        let mut last = [0; LOG2_HIST_BUCKETS + 1];
+        now[3] = 5;
+        last[3] = 2;
+        let (inc, s) = increase(&now, 10, &last, 4);
+        assert_eq!((inc[3], s), (3, 6));
+    }
+}
