@@ -252,7 +252,10 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
 fn cgroup_names(loaded: &Loaded, h: &cgroup::Hierarchy) -> Result<Vec<String>, ProbeError> {
     use std::os::fd::AsFd;
     let Some(aya::maps::Map::PerCpuHashMap(map)) = loaded.ebpf.map(cgroup::MAP) else {
-        return Err(ProbeError(format!("map {} missing from the object", cgroup::MAP)));
+        return Err(ProbeError(format!(
+            "map {} missing from the object",
+            cgroup::MAP
+        )));
     };
     let id = super::sys::map_id(map.fd().as_fd())
         .map_err(|e| ProbeError(format!("map {}: {e}", cgroup::MAP)))?;

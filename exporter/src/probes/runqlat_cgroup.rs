@@ -32,14 +32,14 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
-use crate::probes::log2_hist::{self, Slots};
-use crate::probes::percpu::{PerCpuHash, PerCpuStruct};
-use crate::probes::sys;
 use crate::collectors::cgroup::DEFAULT_SELECT;
 use crate::collectors::cgroup::labels::{MAX_LABEL_BYTES, escape_into, workload_ids};
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
+use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
+use crate::probes::log2_hist::{self, Slots};
+use crate::probes::percpu::{PerCpuHash, PerCpuStruct};
+use crate::probes::sys;
 
 /// The per-CPU hash of per-cgroup histograms.
 pub const MAP: &str = "us_rq_cg";
@@ -124,7 +124,9 @@ impl Hierarchy {
                 by,
                 root: PathBuf::from(root),
             }),
-            _ => Err(format!("the probe loader sent an unknown cgroup hierarchy kind {by:?}")),
+            _ => Err(format!(
+                "the probe loader sent an unknown cgroup hierarchy kind {by:?}"
+            )),
         }
     }
 }
@@ -207,7 +209,9 @@ impl Resolver {
     /// Whether the cgroup `id` resolved to `path` still exists.
     fn alive(&self, id: u64, path: &[u8]) -> bool {
         use std::os::unix::ffi::OsStrExt;
-        let rel = Path::new(std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path)));
+        let rel = Path::new(std::ffi::OsStr::from_bytes(
+            path.strip_prefix(b"/").unwrap_or(path),
+        ));
         std::fs::symlink_metadata(self.root.join(rel)).is_ok_and(|m| m.ino() == id)
     }
 }
@@ -281,7 +285,9 @@ impl CgroupHist {
     /// us_rq_hist.
     pub fn new(names: &[String], hist: OwnedFd) -> Result<CgroupHist, String> {
         let [id, by, root] = names else {
-            return Err(format!("the probe loader sent {names:?} for the per-cgroup map"));
+            return Err(format!(
+                "the probe loader sent {names:?} for the per-cgroup map"
+            ));
         };
         let id: u32 = id.parse().map_err(|_| format!("bad map id {id:?}"))?;
         let hierarchy = Hierarchy::from_names(by, root)?;
@@ -407,7 +413,14 @@ impl CgroupHist {
                 ("container_id", s.container_id.as_str()),
                 ("pod_uid", s.pod_uid.as_str()),
             ];
-            log2_hist::write(enc, &LATENCY, &mut self.buckets, &s.slots, &labels, s.sum_ns);
+            log2_hist::write(
+                enc,
+                &LATENCY,
+                &mut self.buckets,
+                &s.slots,
+                &labels,
+                s.sum_ns,
+            );
         }
         let labels = [("cgroup", "other"), ("container_id", ""), ("pod_uid", "")];
         log2_hist::write(
@@ -456,7 +469,10 @@ mod tests {
 32 25 0:28 / /sys/fs/cgroup/cpuacct rw,relatime shared:6 - cgroup cgroup rw,cpuacct
 ";
         let h = Hierarchy::from_mountinfo(text).unwrap();
-        assert_eq!((h.by, h.root), (BY_V1_CPU, PathBuf::from("/sys/fs/cgroup/cpu")));
+        assert_eq!(
+            (h.by, h.root),
+            (BY_V1_CPU, PathBuf::from("/sys/fs/cgroup/cpu"))
+        );
         let joint = "31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
         let h = Hierarchy::from_mountinfo(joint).unwrap();
         assert_eq!(h.root, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"));
@@ -468,7 +484,10 @@ mod tests {
 ";
         let h = Hierarchy::from_mountinfo(v2).unwrap();
         assert_eq!((h.by, h.root), (BY_V2, PathBuf::from("/sys/fs/cgroup")));
-        assert_eq!(Hierarchy::from_mountinfo("24 1 0:22 / / rw - ext4 /dev/sda rw\n"), None);
+        assert_eq!(
+            Hierarchy::from_mountinfo("24 1 0:22 / / rw - ext4 /dev/sda rw\n"),
+            None
+        );
         assert_eq!(unescape(r"/a\040b"), "/a b");
     }
 
