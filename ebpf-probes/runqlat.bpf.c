@@ -172,7 +172,7 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev,
 	b = bucket_of(delta);
 	h->slots[b]++;
 	h->sum_ns += delta;
-	cgroup_account(next, b, delta, direct);
+	cgroup_account(next, b, delta, NULL, direct);
 }
 
 SEC("tp_btf/sched_wakeup")

@@ -12,12 +12,19 @@
  * (cgroup_by); 0 compiles the whole thing out, so the flag costs nothing
  * when off.
  *
- * The map is a per-CPU hash bounded by --probe.runqlat.max-cgroups: no
- * shared counters, and one lookup per wait. A cgroup that finds it full
- * goes into entry 1 of us_rq_hist (entry 0 is the host histogram), which
- * user space adds to cgroup="other", so the per-cgroup histograms still
- * add up to the host one. User space deletes the entries of cgroups that
- * have gone.
+ * Cost: a hash lookup per wait would double the probe's (about 60 ns
+ * here), so the histograms are a per-CPU array indexed by a small slot
+ * number, a plain hash maps cgroup id -> slot (read-only once a cgroup
+ * has its slot, so no cache line bounces between CPUs), and the design
+ * that keeps task storage anyway (run_delay) caches each task's slot. A
+ * cgroup's first wait takes a slot: one user space has freed (the queue)
+ * or, until all have been handed out, the next never used. With none
+ * left, the wait goes into entry 1 of us_rq_hist (entry 0 is the host
+ * histogram), which user space adds to cgroup="other", so the per-cgroup
+ * histograms still add up to the host one. User space frees the slots of
+ * cgroups that have gone: it deletes the id, zeroes the slot's
+ * histogram, then queues the slot (no task can still be in the cgroup).
+ * All three maps have --probe.runqlat.max-cgroups entries.
  */
 #ifndef USESCOPE_RUNQLAT_CGROUP_H
 #define USESCOPE_RUNQLAT_CGROUP_H
@@ -29,14 +36,34 @@
 /* Entry of us_rq_hist for the waits of cgroups that found us_rq_cg full. */
 #define RQ_HIST_OVERFLOW_KEY 1
 
+/* slot -> the histogram of the cgroup holding the slot */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1); /* --probe.runqlat.max-cgroups, set by user space */
-	__type(key, u64);
+	__type(key, u32);
 	__type(value, struct runqlat_hist);
 } us_rq_cg SEC(".maps");
 
+/* cgroup id -> slot */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, u64);
+	__type(value, u32);
+} us_rq_cg_slot SEC(".maps");
+
+/* slots user space has freed */
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 1);
+	__type(value, u32);
+} us_rq_cg_free SEC(".maps");
+
 const volatile u32 cgroup_by = RQ_CGROUP_NONE;
+/* = max_entries of the three maps */
+const volatile u32 cgroup_slots = 1;
+/* Slots below this have been handed out at least once. */
+u32 cgroup_slots_used = 0;
 
 static __always_inline u64 task_cgroup_id(struct task_struct *t, const bool direct)
 {
@@ -52,32 +79,88 @@ static __always_inline u64 task_cgroup_id(struct task_struct *t, const bool dire
 	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
 }
 
-/* Adds one wait of task t, already in bucket b, to its cgroup's histogram. */
-static __always_inline void cgroup_account(struct task_struct *t, u32 b,
-					   u64 wait, const bool direct)
+/* The slot of cgroup `id`, given one on its first wait; false when none
+ * is left. */
+static __always_inline bool cgroup_slot(u64 id, u32 *out)
 {
-	struct runqlat_hist *h;
-	u32 overflow = RQ_HIST_OVERFLOW_KEY;
+	u32 *slot = bpf_map_lookup_elem(&us_rq_cg_slot, &id);
+	u32 s;
+
+	if (slot) {
+		*out = *slot;
+		return true;
+	}
+	if (bpf_map_pop_elem(&us_rq_cg_free, &s)) {
+		/* The check first, so a full map stops the count near the
+		 * end instead of letting it wrap to slots in use. */
+		if (cgroup_slots_used >= cgroup_slots)
+			return false;
+		s = __sync_fetch_and_add(&cgroup_slots_used, 1);
+		if (s >= cgroup_slots)
+			return false;
+	}
+	if (bpf_map_update_elem(&us_rq_cg_slot, &id, &s, BPF_NOEXIST)) {
+		/* Another CPU gave this cgroup a slot first: give ours back. */
+		bpf_map_push_elem(&us_rq_cg_free, &s, 0);
+		slot = bpf_map_lookup_elem(&us_rq_cg_slot, &id);
+		if (!slot)
+			return false;
+		s = *slot;
+	}
+	*out = s;
+	return true;
+}
+
+/* A task's cgroup and slot at its last wait, kept in task storage where
+ * the design has one: the hash lookup (about 60 ns, most of this feature's
+ * cost) is then only made when the task changed cgroups. The slot stays
+ * valid while the task is in the cgroup: user space frees only the slots
+ * of cgroups that are gone. */
+struct rq_cg_cache {
 	u64 id;
+	u32 slot;
+	u32 valid;
+};
+
+static __always_inline void cgroup_add(struct runqlat_hist *h, u32 b, u64 wait)
+{
+	u32 overflow = RQ_HIST_OVERFLOW_KEY;
+
+	if (!h)
+		h = bpf_map_lookup_elem(&us_rq_hist, &overflow);
+	if (!h)
+		return;
+	h->slots[b]++;
+	h->sum_ns += wait;
+}
+
+/* Adds one wait of task t, already in bucket b, to its cgroup's histogram
+ * (or, with no slot left, to the overflow histogram). `c`: the task's
+ * cache, or NULL. */
+static __always_inline void cgroup_account(struct task_struct *t, u32 b,
+					   u64 wait, struct rq_cg_cache *c,
+					   const bool direct)
+{
+	u64 id;
+	u32 s;
 
 	if (cgroup_by == RQ_CGROUP_NONE)
 		return;
 	id = task_cgroup_id(t, direct);
-	h = bpf_map_lookup_elem(&us_rq_cg, &id);
-	if (!h) {
-		/* First wait of this cgroup since it was added (or since user
-		 * space deleted it): the only time the bucket lock is taken. */
-		struct runqlat_hist zero = {};
-
-		bpf_map_update_elem(&us_rq_cg, &id, &zero, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&us_rq_cg, &id);
-		if (!h) /* full */
-			h = bpf_map_lookup_elem(&us_rq_hist, &overflow);
-		if (!h)
+	if (c && c->valid && c->id == id) {
+		s = c->slot;
+	} else {
+		if (!cgroup_slot(id, &s)) {
+			cgroup_add(NULL, b, wait);
 			return;
+		}
+		if (c) {
+			c->id = id;
+			c->slot = s;
+			c->valid = 1;
+		}
 	}
-	h->slots[b]++;
-	h->sum_ns += wait;
+	cgroup_add(bpf_map_lookup_elem(&us_rq_cg, &s), b, wait);
 }
 
 #endif

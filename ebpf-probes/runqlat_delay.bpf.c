@@ -47,12 +47,18 @@ struct {
 
 #include "runqlat_cgroup.h"
 
-/* task -> its run_delay at its last switch-out. Freed with the task. */
+/* task -> its run_delay at its last switch-out (and, with
+ * --probe.runqlat.per-cgroup, its cgroup's slot). Freed with the task. */
+struct rq_seen {
+	u64 delay;
+	struct rq_cg_cache cg;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, u64);
+	__type(value, struct rq_seen);
 } us_rq_delay SEC(".maps");
 
 /* --probe.runqlat.pid: only this process's tasks (0: every task). */
@@ -63,7 +69,8 @@ int BPF_PROG(us_rq_delay_btf, bool preempt, struct task_struct *prev,
 	     struct task_struct *next)
 {
 	struct runqlat_hist *h;
-	u64 *seen, delay, wait;
+	struct rq_seen *seen;
+	u64 delay, wait;
 	u32 zero = 0, b;
 
 	if (!prev->pid || (target_tgid && prev->tgid != target_tgid))
@@ -74,13 +81,13 @@ int BPF_PROG(us_rq_delay_btf, bool preempt, struct task_struct *prev,
 	delay = prev->sched_info.run_delay;
 	seen = bpf_task_storage_get(&us_rq_delay, prev, 0, 0);
 	if (seen) {
-		wait = delay - *seen;
-		*seen = delay;
+		wait = delay - seen->delay;
+		seen->delay = delay;
 	} else {
 		seen = bpf_task_storage_get(&us_rq_delay, prev, 0,
 					    BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (seen)
-			*seen = delay;
+			seen->delay = delay;
 		if (prev->sched_info.pcount != 1) {
 			h->missed++;
 			return 0;
@@ -92,6 +99,6 @@ int BPF_PROG(us_rq_delay_btf, bool preempt, struct task_struct *prev,
 	b = bucket_of(wait);
 	h->slots[b]++;
 	h->sum_ns += wait;
-	cgroup_account(prev, b, wait, true);
+	cgroup_account(prev, b, wait, seen ? &seen->cg : NULL, true);
 	return 0;
 }

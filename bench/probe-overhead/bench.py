@@ -34,6 +34,8 @@ WORKLOADS = [
     # name, probe, argv after the workload binary[, extra usescope flags]
     ("runqlat (sched_info): thread ping-pong (100k round trips)", "runqlat",
      ["pingpong", "100000"]),
+    ("runqlat (sched_info), --probe.runqlat.per-cgroup: thread ping-pong (100k round trips)",
+     "runqlat", ["pingpong", "100000"], ["--probe.runqlat.per-cgroup"]),
     ("runqlat, wakeups + task storage: thread ping-pong (100k round trips)", "runqlat",
      ["pingpong", "100000"], ["--probe.runqlat.source=task-storage"]),
     ("runqlat, wakeups + LRU hash: thread ping-pong (100k round trips)", "runqlat",

@@ -67,11 +67,17 @@ impl PerCpuStruct {
         unsafe { sys::lookup_percpu(self.map.fd().as_fd(), &mut self.buf) }
     }
 
-    /// Reads entry `key` instead (runqlat keeps a second histogram in
-    /// entry 1); an entry past the array's end is an error.
+    /// Reads entry `key` instead (runqlat's overflow histogram in entry 1
+    /// of its host map, its per-cgroup histograms by slot); an entry past
+    /// the array's end is an error.
     pub fn read_entry(&mut self, key: u32) -> std::io::Result<()> {
         // SAFETY: as in `read`; the key of an array is a u32.
         unsafe { sys::lookup_percpu_key(self.map.fd().as_fd(), &key, &mut self.buf) }
+    }
+
+    /// The map's fd, to write to it (runqlat zeroes freed slots).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.map.fd().as_fd()
     }
 
     /// Each possible CPU's value, as u64 words, from the last `read`.
@@ -273,13 +279,6 @@ impl PerCpuHash {
         }
         self.keys.truncate(kept);
         Ok(())
-    }
-
-    /// Deletes `key` from the map (runqlat's entries of cgroups that have
-    /// gone); Ok(false) if it was not there.
-    pub fn delete(&mut self, key: u64) -> std::io::Result<bool> {
-        // SAFETY: the key size was checked to be 8 in `from_fd`.
-        unsafe { sys::delete_u64_key(self.map.fd().as_fd(), key) }
     }
 
     /// Each key of the last read with its per-CPU values (one chunk of

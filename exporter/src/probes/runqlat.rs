@@ -197,15 +197,18 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
         Some(_) => settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS),
         None => 1,
     };
-    fn configure<'a>(l: &mut aya::EbpfLoader<'a>, pid: &'a u32, by: &'a u32, max: u32) {
+    fn configure<'a>(l: &mut aya::EbpfLoader<'a>, pid: &'a u32, by: &'a u32, max: &'a u32) {
         l.override_global("target_tgid", pid, true);
         l.override_global("cgroup_by", by, true);
-        l.map_max_entries(cgroup::MAP, max);
+        l.override_global("cgroup_slots", max, true);
+        for map in [cgroup::MAP, cgroup::SLOT_MAP, cgroup::FREE_MAP] {
+            l.map_max_entries(map, *max);
+        }
     }
     let lru = || {
         loader::load_and_attach("runqlat_lru", &kernel.btf, LRU_MODES, |l| {
             l.map_max_entries("us_rq_start", max_tasks);
-            configure(l, &pid, &cgroup_by, max_cgroups);
+            configure(l, &pid, &cgroup_by, &max_cgroups);
         })
     };
     // aya 0.14 creates a task-storage map like any other but has no
@@ -213,14 +216,14 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     let task_storage = || {
         loader::load_and_attach("runqlat", &kernel.btf, TASK_STORAGE_MODES, |l| {
             l.allow_unsupported_maps();
-            configure(l, &pid, &cgroup_by, max_cgroups);
+            configure(l, &pid, &cgroup_by, &max_cgroups);
         })
     };
     let sched_info = || {
         sched_info_kept()?;
         loader::load_and_attach("runqlat_delay", &kernel.btf, SCHED_INFO_MODES, |l| {
             l.allow_unsupported_maps();
-            configure(l, &pid, &cgroup_by, max_cgroups);
+            configure(l, &pid, &cgroup_by, &max_cgroups);
         })
     };
     let first: &[&dyn Fn() -> Result<Loaded, ProbeError>] = match source(settings) {
@@ -250,17 +253,20 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
 /// opens its own fd by id, as tasks does its iterator link), then the
 /// hierarchy.
 fn cgroup_names(loaded: &Loaded, h: &cgroup::Hierarchy) -> Result<Vec<String>, ProbeError> {
+    use aya::maps::Map;
     use std::os::fd::AsFd;
-    let Some(aya::maps::Map::PerCpuHashMap(map)) = loaded.ebpf.map(cgroup::MAP) else {
-        return Err(ProbeError(format!(
-            "map {} missing from the object",
-            cgroup::MAP
-        )));
-    };
-    let id = super::sys::map_id(map.fd().as_fd())
-        .map_err(|e| ProbeError(format!("map {}: {e}", cgroup::MAP)))?;
-    let [by, root] = h.to_names();
-    Ok(vec![id.to_string(), by, root])
+    let mut names = Vec::new();
+    for name in [cgroup::MAP, cgroup::SLOT_MAP, cgroup::FREE_MAP] {
+        let map = match loaded.ebpf.map(name) {
+            Some(Map::PerCpuArray(m) | Map::HashMap(m) | Map::Queue(m)) => m,
+            _ => return Err(ProbeError(format!("map {name} missing from the object"))),
+        };
+        let id = super::sys::map_id(map.fd().as_fd())
+            .map_err(|e| ProbeError(format!("map {name}: {e}")))?;
+        names.push(id.to_string());
+    }
+    names.extend(h.to_names());
+    Ok(names)
 }
 
 /// Whether the scheduler keeps `sched_info` up to date. The field exists

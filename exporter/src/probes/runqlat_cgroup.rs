@@ -2,9 +2,10 @@
 //! the run-queue latency histogram of each cgroup, labelled as the cgroup
 //! collector labels its series (`cgroup`, `container_id`, `pod_uid`).
 //!
-//! The kernel side (ebpf-probes/runqlat_cgroup.h) keys a per-CPU hash by
-//! the waiting task's cgroup id in one hierarchy: the v1 `cpu` controller's
-//! where it is mounted, else the v2 (unified) one, chosen here at load time
+//! The kernel side (ebpf-probes/runqlat_cgroup.h) keeps a histogram per
+//! slot of a per-CPU array, and a hash from the waiting task's cgroup id
+//! to its slot, in one hierarchy: the v1 `cpu` controller's where it is
+//! mounted, else the v2 (unified) one, chosen here at load time
 //! ([`Hierarchy::find`]). A cgroup's kernfs id is its directory's inode
 //! number, so user space resolves ids by walking that hierarchy
 //! ([`Resolver`]): once at start, again when an id is unknown (at most once
@@ -21,12 +22,13 @@
 //!
 //! Each series grows by the increases of the ids summed into it, so its
 //! counts never go down when a child cgroup ends and its entry is deleted.
-//! Entries whose cgroup has gone are deleted from the map (found when an
-//! entry stopped growing and its directory no longer has its inode), and a
-//! series disappears with its last entry.
+//! The slots of cgroups that have gone (found when a histogram stopped
+//! growing and the directory no longer has its inode) are freed: id
+//! deleted, histogram zeroed, slot queued for the kernel side to reuse. A
+//! series disappears with its last cgroup.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -38,11 +40,15 @@ use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
 use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
 use crate::probes::log2_hist::{self, Slots};
-use crate::probes::percpu::{PerCpuHash, PerCpuStruct};
+use crate::probes::percpu::PerCpuStruct;
 use crate::probes::sys;
 
-/// The per-CPU hash of per-cgroup histograms.
+/// The per-CPU array of per-cgroup histograms, by slot.
 pub const MAP: &str = "us_rq_cg";
+/// The hash cgroup id -> slot.
+pub const SLOT_MAP: &str = "us_rq_cg_slot";
+/// The queue of freed slots.
+pub const FREE_MAP: &str = "us_rq_cg_free";
 /// Entry of us_rq_hist holding the waits of cgroups that found the map
 /// full (RQ_HIST_OVERFLOW_KEY in runqlat_cgroup.h).
 const OVERFLOW_KEY: u32 = 1;
@@ -113,7 +119,7 @@ impl Hierarchy {
         v2
     }
 
-    /// What travels to the daemon in `Loaded::names` (after the map id).
+    /// What travels to the daemon in `Loaded::names` (after the map ids).
     pub fn to_names(&self) -> [String; 2] {
         [self.by.to_string(), self.root.display().to_string()]
     }
@@ -254,6 +260,7 @@ impl Series {
 }
 
 struct Entry {
+    slot: u32,
     /// None: folded into `other`.
     label: Option<String>,
     path: Vec<u8>,
@@ -263,7 +270,11 @@ struct Entry {
 
 /// The per-cgroup part of runqlat's collector.
 pub struct CgroupHist {
-    map: PerCpuHash,
+    hists: PerCpuStruct,
+    slots: OwnedFd,
+    free: OwnedFd,
+    /// Zeroes, one histogram per possible CPU, to clear a freed slot.
+    zeroes: Vec<u64>,
     overflow: PerCpuStruct,
     resolver: Resolver,
     select: Regex,
@@ -281,21 +292,30 @@ pub struct CgroupHist {
 
 impl CgroupHist {
     /// In the daemon, before privileges are dropped: `names` is what
-    /// `load` sent (map id, hierarchy kind, root); `hist` a new fd of
-    /// us_rq_hist.
+    /// `load` sent (the ids of [`MAP`], [`SLOT_MAP`] and [`FREE_MAP`],
+    /// hierarchy kind, root); `hist` a new fd of us_rq_hist.
     pub fn new(names: &[String], hist: OwnedFd) -> Result<CgroupHist, String> {
-        let [id, by, root] = names else {
+        let [hists, slots, free, by, root] = names else {
             return Err(format!(
-                "the probe loader sent {names:?} for the per-cgroup map"
+                "the probe loader sent {names:?} for the per-cgroup maps"
             ));
         };
-        let id: u32 = id.parse().map_err(|_| format!("bad map id {id:?}"))?;
+        let open = |name: &str, id: &str| {
+            let id: u32 = id
+                .parse()
+                .map_err(|_| format!("map {name}: bad id {id:?}"))?;
+            sys::map_fd_by_id(id).map_err(|e| format!("map {name} (id {id}): {e}"))
+        };
         let hierarchy = Hierarchy::from_names(by, root)?;
-        let fd = sys::map_fd_by_id(id).map_err(|e| format!("map {MAP} (id {id}): {e}"))?;
+        let hists = PerCpuStruct::from_fd(MAP, open(MAP, hists)?, size_of::<RunqlatHist>())?;
+        let zeroes = vec![0; hists.cpus().len() * size_of::<RunqlatHist>() / 8];
         let mut resolver = Resolver::new(hierarchy.root);
         resolver.refresh();
         Ok(CgroupHist {
-            map: PerCpuHash::from_fd(MAP, fd, size_of::<RunqlatHist>())?,
+            hists,
+            slots: open(SLOT_MAP, slots)?,
+            free: open(FREE_MAP, free)?,
+            zeroes,
             overflow: PerCpuStruct::from_fd(super::MAP, hist, size_of::<RunqlatHist>())?,
             resolver,
             select: Regex::new(DEFAULT_SELECT).map_err(|e| e.to_string())?,
@@ -320,22 +340,32 @@ impl CgroupHist {
         self.overflow_total = slots.iter().fold(0u64, |a, b| a.wrapping_add(*b));
         (self.overflow_last, self.overflow_sum_last) = (slots, sum);
 
-        self.map.read().map_err(err)?;
         for s in self.series.values_mut() {
             s.entries = 0;
         }
         self.keys.clear();
         let mut refreshed = false;
         let mut dead = Vec::new();
-        let cur: Vec<(u64, Slots, u64)> = self
-            .map
-            .entries()
-            .map(|(id, cpus)| {
-                let (s, n) = totals(cpus);
-                (id, s, n)
-            })
-            .collect();
-        for (id, slots, sum) in cur {
+        let mut prev = None;
+        let mut cur = Vec::new();
+        // SAFETY (both): SLOT_MAP has 8-byte keys and 4-byte values
+        // (runqlat_cgroup.h; the kernel refuses other sizes at load).
+        while let Some(id) =
+            unsafe { sys::next_key(self.slots.as_fd(), prev.as_ref()) }.map_err(err)?
+        {
+            prev = Some(id);
+            if let Some(slot) =
+                unsafe { sys::lookup_u64_u32(self.slots.as_fd(), id) }.map_err(err)?
+            {
+                cur.push((id, slot));
+            }
+        }
+        for (id, slot) in cur {
+            self.hists.read_entry(slot).map_err(err)?;
+            let (slots, sum) = totals(self.hists.cpus());
+            if self.entries.get(&id).is_some_and(|e| e.slot != slot) {
+                self.entries.remove(&id);
+            }
             if !self.entries.contains_key(&id) {
                 if self.resolver.get(id).is_none() && !refreshed {
                     self.resolver.refresh();
@@ -346,7 +376,7 @@ impl CgroupHist {
                     // Past the walk's bounds: counted, in `other`.
                     None if self.resolver.limited => Vec::new(),
                     None => {
-                        dead.push(id);
+                        dead.push((id, slot));
                         continue;
                     }
                 };
@@ -358,6 +388,7 @@ impl CgroupHist {
                 self.entries.insert(
                     id,
                     Entry {
+                        slot,
                         label,
                         path,
                         last: [0; LOG2_HIST_BUCKETS + 1],
@@ -366,10 +397,10 @@ impl CgroupHist {
                 );
             }
             let e = self.entries.get_mut(&id).expect("inserted above");
-            // An entry that stopped growing may belong to a cgroup that has
-            // gone; one that grows has tasks, so it has not.
+            // A histogram that stopped growing may belong to a cgroup that
+            // has gone; one that grows has tasks, so it has not.
             if sum == e.last_sum && !e.path.is_empty() && !self.resolver.alive(id, &e.path) {
-                dead.push(id);
+                dead.push((id, slot));
                 self.entries.remove(&id);
                 continue;
             }
@@ -392,8 +423,8 @@ impl CgroupHist {
                 None => self.other.add(&inc, inc_sum),
             }
         }
-        for id in dead {
-            self.map.delete(id).map_err(err)?;
+        for (id, slot) in dead {
+            self.free_slot(id, slot).map_err(err)?;
             self.entries.remove(&id);
         }
         // Entries the kernel no longer has (deleted above at an earlier
@@ -434,6 +465,24 @@ impl CgroupHist {
         enc.family(&OVERFLOW);
         enc.sample(&OVERFLOW, &[], self.overflow_total);
         Ok(())
+    }
+}
+
+impl CgroupHist {
+    /// Frees the slot of a cgroup that has gone: no task is left to add to
+    /// it, so once the id is deleted the histogram can be zeroed and the
+    /// slot handed to the next new cgroup.
+    fn free_slot(&mut self, id: u64, slot: u32) -> std::io::Result<()> {
+        // SAFETY: SLOT_MAP has 8-byte keys; MAP is a per-CPU array with
+        // u32 keys whose values `zeroes` covers for every possible CPU;
+        // FREE_MAP a queue of u32.
+        unsafe {
+            if !sys::delete_u64_key(self.slots.as_fd(), id)? {
+                return Ok(());
+            }
+            sys::update(self.hists.fd(), Some(&slot), self.zeroes.as_slice())?;
+            sys::update::<u32, u32>(self.free.as_fd(), None, &slot)
+        }
     }
 }
 

@@ -280,6 +280,53 @@ pub unsafe fn delete_u64_key(map: BorrowedFd<'_>, key: u64) -> io::Result<bool> 
     }
 }
 
+/// The u32 value of `key` in a hash map with u64 keys and u32 values;
+/// None if the key is not there.
+///
+/// # Safety
+/// The map's key size must be 8 bytes and its value size 4.
+pub unsafe fn lookup_u64_u32(map: BorrowedFd<'_>, key: u64) -> io::Result<Option<u32>> {
+    let mut value = 0u32;
+    let attr = LookupAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: &key as *const u64 as u64,
+        value: &mut value as *mut u32 as u64,
+        flags: 0,
+    };
+    // SAFETY: the map-element attr; 8-byte key, 4-byte value.
+    match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) } {
+        Ok(_) => Ok(Some(value)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `value` to `key` of an array (per-CPU or not), or pushes it
+/// onto a queue (`key` None).
+///
+/// # Safety
+/// `key` must be the map's key size and `value` what the kernel reads for
+/// its value: value_size bytes, times possible CPUs (each rounded up to 8)
+/// for a per-CPU map.
+pub unsafe fn update<K, V: ?Sized>(
+    map: BorrowedFd<'_>,
+    key: Option<&K>,
+    value: &V,
+) -> io::Result<()> {
+    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+    let attr = LookupAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: key.map_or(0, |k| k as *const K as u64),
+        value: value as *const V as *const u8 as u64,
+        flags: 0,
+    };
+    // SAFETY: the map-element attr; the caller guarantees the sizes.
+    unsafe { bpf(BPF_MAP_UPDATE_ELEM, &attr) }?;
+    Ok(())
+}
+
 /// The key after `prev` in a hash map with u64 keys (the first key when
 /// `prev` is None), or None past the last.
 ///
