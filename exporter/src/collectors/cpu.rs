@@ -505,7 +505,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         flags_include,
         bugs_include,
         sysfs: s.sysfs.clone(),
-        on_sysfs: crate::source::is_sysfs(&s.sysfs),
+        on_sysfs: crate::kernel::fs_kind::is_sysfs(&s.sysfs),
         stat: s.shared_stat(),
         parsed: Stat::default(),
         last: Vec::new(),

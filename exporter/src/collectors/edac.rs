@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::absence;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, settle};
-use crate::collectors::textfile::glob;
+use crate::kernel::go_compat::glob;
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};

@@ -32,7 +32,7 @@ use regex::Regex;
 
 use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw, settle};
-use crate::collectors::textfile::go_parse_float;
+use crate::kernel::go_compat::go_parse_float;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};

@@ -174,7 +174,7 @@ struct Family {
 
 impl Family {
     fn new(s: &Settings, ip: &'static str, table: &str, sockstat: &str, proto: &'static str) -> Family {
-        let real = crate::source::is_procfs(&s.procfs);
+        let real = crate::kernel::fs_kind::is_procfs(&s.procfs);
         Family {
             ip,
             table: SourceFile::new(&s.procfs, table),
