@@ -15,6 +15,8 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+use regex::Regex;
+
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
 use crate::source::{SourceFile, Vanished, vanished};
@@ -330,6 +332,12 @@ impl Families {
 /// after a listing named it: a class entry (a link, as in sysfs) to a
 /// device directory that is gone, so every read under it fails with
 /// ENOENT, as in the moment between a device's removal and its entry's.
+/// node_exporter's device filter: excluded if `exclude` matches, or if
+/// `include` is given and does not.
+pub fn ignored(include: Option<&Regex>, exclude: Option<&Regex>, name: &str) -> bool {
+    exclude.is_some_and(|r| r.is_match(name)) || include.is_some_and(|r| !r.is_match(name))
+}
+
 #[cfg(test)]
 pub(crate) fn gone_device(class: &Path, name: &str) {
     std::fs::create_dir_all(class).unwrap();
