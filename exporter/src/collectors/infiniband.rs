@@ -25,7 +25,9 @@ use regex::Regex;
 
 use crate::collector::Collector;
 
-use crate::collectors::sysfs::{DeviceError, Families, ignored, io_error, read_trimmed, settle};
+use crate::collectors::sysfs::{
+    DeviceError, Families, ignored, io_error, read_attribute, read_trimmed, settle,
+};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::excerpt;
 use crate::error::{CollectError, ParseError};
@@ -487,7 +489,7 @@ pub fn parse_counter_into(text: &str, out: &mut Option<u64>) -> Result<(), Parse
 }
 
 fn required(path: &Path) -> Result<String, DeviceError> {
-    std::fs::read_to_string(path).map_err(|e| io_error(path, e))
+    read_attribute(path).map_err(|e| io_error(path, e))
 }
 
 fn parsed<T: Default>(
