@@ -17,11 +17,12 @@
 //! gone) is left out. Without bcache a scrape looks the directory up only
 //! after a uevent or a mount (absence.rs).
 
-use std::io;
 use std::path::Path;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{DeviceError, Families, io_error, read_attribute, settle};
+use crate::collectors::sysfs::{
+    DeviceError, Families, read_parsed, read_parsed_if_present, settle,
+};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -235,27 +236,9 @@ pub fn parse_priority_stats_into(text: &str, out: &mut PriorityStats) -> Result<
     Ok(())
 }
 
-/// Reads and parses a file, naming it in an error.
-fn read_with<T: Default>(
-    path: &Path,
-    parse: fn(&str, &mut T) -> Result<(), ParseError>,
-) -> Result<T, DeviceError> {
-    let text = read_attribute(path).map_err(|e| io_error(path, e))?;
-    let mut v = T::default();
-    parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
-    Ok(v)
-}
-
 /// A value file; absent counts 0, as in procfs.
 fn value(path: &Path) -> Result<u64, DeviceError> {
-    let text = match read_attribute(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io_error(path, e)),
-    };
-    let mut v = 0;
-    parse_value_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
-    Ok(v)
+    Ok(read_parsed_if_present(path, parse_value_into)?.unwrap_or(0))
 }
 
 /// The entries of `dir` whose name is `prefix` followed by a digit (Go's
@@ -428,7 +411,7 @@ impl BcacheCollector {
             let bdir = dir.join(&bdev);
             let labels = [("uuid", uuid), ("backing_device", bdev.as_str())];
             let dirty = value(&bdir.join("dirty_data"))?;
-            let wrd = read_with(
+            let wrd = read_parsed(
                 &bdir.join("writeback_rate_debug"),
                 parse_writeback_rate_debug_into,
             )?;
@@ -513,7 +496,7 @@ impl BcacheCollector {
                 v as f64,
             );
             if self.priority_stats {
-                let p = read_with(&cdir.join("priority_stats"), parse_priority_stats_into)?;
+                let p = read_parsed(&cdir.join("priority_stats"), parse_priority_stats_into)?;
                 self.push(
                     "priority_stats_unused_percent",
                     "The percentage of the cache that doesn't contain any data.",

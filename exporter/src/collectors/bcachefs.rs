@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 use crate::absence;
 use crate::collector::Collector;
 use crate::collectors::sysfs::{
-    DeviceError, Families, io_error, read_attribute, sanitize_metric_name, settle,
+    DeviceError, Families, io_error, read_attribute, read_parsed_if_present, sanitize_metric_name,
+    settle,
 };
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
@@ -283,24 +284,16 @@ pub fn parse_io_errors(text: &str) -> Result<Vec<(String, u64)>, ParseError> {
     Ok(out)
 }
 
-/// A file's text, `None` if absent.
-fn read_optional(path: &Path) -> Result<Option<String>, DeviceError> {
-    match read_attribute(path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error(path, e)),
-    }
-}
-
-/// Parses an optional file, naming it in an error.
+/// Parses an optional file, naming it in an error; absent is the default.
 fn parsed<T: Default>(
     path: &Path,
     parse: impl Fn(&str) -> Result<T, ParseError>,
 ) -> Result<T, DeviceError> {
-    match read_optional(path)? {
-        Some(t) => parse(&t).map_err(|e| CollectError::from_parse(path, e).into()),
-        None => Ok(T::default()),
-    }
+    let fresh = read_parsed_if_present(path, |t, out: &mut T| {
+        *out = parse(t)?;
+        Ok(())
+    })?;
+    Ok(fresh.unwrap_or_default())
 }
 
 /// The names of the entries of `dir` that are directories (not links),

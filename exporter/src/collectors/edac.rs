@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{DeviceError, Families, io_error, read_attribute, settle};
+use crate::collectors::sysfs::{DeviceError, Families, read_attribute, read_parsed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -74,10 +74,7 @@ pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
 }
 
 fn count(path: &Path) -> Result<u64, DeviceError> {
-    let text = read_attribute(path).map_err(|e| io_error(path, e))?;
-    let mut v = 0;
-    parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
-    Ok(v)
+    read_parsed(path, parse_into)
 }
 
 /// node_exporter's `edacDimmLabel`.

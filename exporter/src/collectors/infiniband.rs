@@ -26,7 +26,7 @@ use regex::Regex;
 use crate::collector::Collector;
 
 use crate::collectors::sysfs::{
-    DeviceError, Families, ignored, io_error, read_attribute, read_trimmed, settle,
+    DeviceError, Families, ignored, io_error, read_attribute, read_parsed, read_trimmed, settle,
 };
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::excerpt;
@@ -492,16 +492,6 @@ fn required(path: &Path) -> Result<String, DeviceError> {
     read_attribute(path).map_err(|e| io_error(path, e))
 }
 
-fn parsed<T: Default>(
-    path: &Path,
-    parse: fn(&str, &mut T) -> Result<(), ParseError>,
-) -> Result<T, DeviceError> {
-    let text = required(path)?;
-    let mut v = T::default();
-    parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
-    Ok(v)
-}
-
 /// An optional string attribute: empty when absent.
 fn optional(path: &Path) -> Result<String, DeviceError> {
     match read_trimmed(path) {
@@ -593,9 +583,9 @@ impl InfiniBandCollector {
             .map_err(|_| CollectError::other(dir, "port directory is not a number"))?
             .to_string();
         required(&dir.join("link_layer"))?;
-        let state = parsed(&dir.join("state"), parse_state_into)?;
-        let phys = parsed(&dir.join("phys_state"), parse_state_into)?;
-        let rate = parsed(&dir.join("rate"), parse_rate_into)?;
+        let state = read_parsed(&dir.join("state"), parse_state_into)?;
+        let phys = read_parsed(&dir.join("phys_state"), parse_state_into)?;
+        let rate = read_parsed(&dir.join("rate"), parse_rate_into)?;
         let labels = [("device", device), ("port", number.as_str())];
         let f = &mut self.families;
         let mut gauge = |metric: &str, help: &str, v: f64| {

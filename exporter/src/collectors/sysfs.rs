@@ -126,6 +126,34 @@ pub fn read_raw(path: &Path) -> io::Result<Vec<u8>> {
     read_at_most(path, 128, true)
 }
 
+/// An attribute read with [`read_attribute`] and parsed into a fresh
+/// value; either error names the file.
+pub fn read_parsed<T: Default>(
+    path: &Path,
+    parse: impl FnOnce(&str, &mut T) -> Result<(), ParseError>,
+) -> Result<T, DeviceError> {
+    let text = read_attribute(path).map_err(|e| io_error(path, e))?;
+    let mut v = T::default();
+    parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
+    Ok(v)
+}
+
+/// [`read_parsed`], with an absent attribute as `None` (procfs reads many
+/// optional attributes as zero or empty).
+pub fn read_parsed_if_present<T: Default>(
+    path: &Path,
+    parse: impl FnOnce(&str, &mut T) -> Result<(), ParseError>,
+) -> Result<Option<T>, DeviceError> {
+    let text = match read_attribute(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(path, e)),
+    };
+    let mut v = T::default();
+    parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
+    Ok(Some(v))
+}
+
 /// The most a sysfs attribute holds: the kernel formats each into one page.
 pub const ATTRIBUTE_MAX_BYTES: usize = 4096;
 
