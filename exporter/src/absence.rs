@@ -23,7 +23,7 @@
 //! `/sys/block`, `devices/system/cpu`): the kernel adds, removes, renames
 //! or moves a device's entry there before it sends that device's uevent,
 //! so a listing taken in one epoch is still the directory's content while
-//! the epoch stays the same. [`crate::source::Dir::of_devices`] reuses it
+//! the epoch stays the same. `source::Dir::of_devices` reuses it
 //! then ([`Stamp`]).
 //!
 //! Only paths under a `--path.procfs` or `--path.sysfs` root that is a real
@@ -184,8 +184,8 @@ impl Watch {
     /// Opens both signals under the configured roots and starts the epoch.
     /// Either may be missing; without the counter, nothing is remembered.
     pub fn new(procfs: &Path, sysfs: &Path) -> Watch {
-        let real_sysfs = crate::source::is_sysfs(sysfs);
-        let real_procfs = crate::source::is_procfs(procfs);
+        let real_sysfs = crate::kernel::fs_kind::is_sysfs(sysfs);
+        let real_procfs = crate::kernel::fs_kind::is_procfs(procfs);
         let seqnum = real_sysfs
             .then(|| File::open(sysfs.join("kernel/uevent_seqnum")).ok())
             .flatten();

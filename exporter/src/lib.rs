@@ -15,6 +15,7 @@ pub mod exposition;
 pub mod file_watch;
 pub mod gzip;
 pub mod http;
+pub mod kernel;
 pub mod link_events;
 pub mod log_throttle;
 pub mod parse;

@@ -365,6 +365,37 @@ pub fn next_field<'a>(
         .ok_or_else(|| ParseError::new(line, format!("missing field {what}")))
 }
 
+/// The kernel's CPU list format (devices/system/cpu/isolated, offline):
+/// `2-5,7\n`, or empty. Sorted and without
+/// duplicates in `out`; ids above [`MAX_CPU_ID`] are an error.
+pub fn parse_cpu_range_into(s: &str, out: &mut Vec<u32>) -> Result<(), ParseError> {
+    out.clear();
+    let text = s.strip_suffix('\n').unwrap_or(s);
+    if text.contains('\n') {
+        return Err(ParseError::new(2, "expected a single line"));
+    }
+    let id = |t: &str| -> Result<u32, ParseError> {
+        match t.parse::<u64>() {
+            Ok(v) if v <= MAX_CPU_ID && !t.starts_with('+') => Ok(v as u32),
+            _ => Err(ParseError::new(1, format!("invalid cpu id {}", excerpt(t)))),
+        }
+    };
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (id(a)?, id(b)?);
+                if a <= b {
+                    out.extend(a..=b);
+                }
+            }
+            None => out.push(id(part)?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,5 +535,22 @@ mod tests {
         fn u64_matches_std(s in "[+0-9a]{0,21}") {
             proptest::prop_assert_eq!(u64_field(&s, 1, "f").ok(), s.parse::<u64>().ok());
         }
+    }
+
+    #[test]
+    fn cpu_ranges() {
+        let parse = |s: &str| {
+            let mut v = Vec::new();
+            parse_cpu_range_into(s, &mut v).map(|()| v)
+        };
+        assert_eq!(parse("\n").unwrap(), Vec::<u32>::new());
+        assert_eq!(parse("").unwrap(), Vec::<u32>::new());
+        assert_eq!(parse("2-3,6\n").unwrap(), [2, 3, 6]);
+        assert_eq!(parse("6,2-3,3").unwrap(), [2, 3, 6]);
+        assert_eq!(parse("5-4").unwrap(), Vec::<u32>::new());
+        assert!(parse("1-2-3").is_err());
+        assert!(parse("x").is_err());
+        assert!(parse("0-65536").is_err());
+        assert!(parse("1\n2\n").is_err());
     }
 }

@@ -53,6 +53,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::absence::{Epoch, Memo, Stamp};
 use crate::error::{CollectError, ParseError};
+use crate::kernel::fs_kind::{is_kernel_fs_magic, magic_of_fd};
 
 /// Most bytes read from one source file. The largest real sources are a
 /// few MB: /proc/interrupts on 1024 CPUs is ~1–2 MB, /proc/net/dev with
@@ -202,9 +203,6 @@ impl Vanished {
     }
 }
 
-const PROC_SUPER_MAGIC: i64 = 0x9fa0;
-const SYSFS_MAGIC: i64 = 0x6265_6572;
-
 impl SourceFile {
     /// A file under a procfs/sysfs root, e.g. `SourceFile::new(root, "stat")`.
     pub fn new(root: &Path, relative: &str) -> SourceFile {
@@ -282,7 +280,7 @@ impl SourceFile {
     /// A per-device sysfs attribute (cpuN/online, cpuN/topology/core_id)
     /// read at every scrape without keeping a descriptor, as
     /// [`SourceFile::transient`]. When `on_sysfs` (the root was checked
-    /// with [`is_sysfs`]) the read is three system calls, open, one
+    /// with [`crate::kernel::fs_kind::is_sysfs`]) the read is three system calls, open, one
     /// `pread` and close, instead of six: sysfs holds only regular files,
     /// directories and links within itself, so the file-type checks have
     /// nothing to catch, and an attribute (at most a page) comes whole in
@@ -898,34 +896,6 @@ impl Dir {
     }
 }
 
-/// Whether `path` is on a real sysfs mount (statfs), for
-/// [`SourceFile::attribute`].
-pub fn is_sysfs(path: &Path) -> bool {
-    fs_magic(path) == Some(SYSFS_MAGIC)
-}
-
-/// Whether `path` is on a real procfs mount (statfs): the live kernel's
-/// files, not a fixture tree.
-pub fn is_procfs(path: &Path) -> bool {
-    fs_magic(path) == Some(PROC_SUPER_MAGIC)
-}
-
-/// Whether a statfs `f_type` is procfs's or sysfs's.
-fn is_kernel_fs_magic(magic: i64) -> bool {
-    magic == PROC_SUPER_MAGIC || magic == SYSFS_MAGIC
-}
-
-/// statfs's `f_type` of the filesystem holding `path`.
-fn fs_magic(path: &Path) -> Option<i64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs is plain C data; all-zero is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a struct we own.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    (rc == 0).then_some(st.f_type as i64)
-}
-
 /// Opens a directory for [`list_fd`].
 pub fn open_dir(path: &Path) -> io::Result<File> {
     OpenOptions::new()
@@ -1018,11 +988,8 @@ fn is_regular_at(fd: std::os::fd::RawFd, name: &[u8]) -> bool {
 }
 
 fn is_kernel_fs(f: &File) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs writes into the struct we own; the fd is valid for the call.
-    let rc = unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) };
-    rc == 0 && is_kernel_fs_magic(st.f_type as i64)
+    use std::os::fd::AsFd;
+    magic_of_fd(f.as_fd()).is_some_and(is_kernel_fs_magic)
 }
 
 #[cfg(test)]

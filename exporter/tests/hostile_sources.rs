@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, fixture, http_get, sample};
+use common::{Daemon, copy_tree, fixture, http_get, sample};
 use tempfile::TempDir;
 
 /// A scrape slower than this is a hang: a real one takes milliseconds.
@@ -139,6 +139,50 @@ fn fifo_source_fails_its_collector_without_hanging() {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     });
+}
+
+/// The sysfs collectors that read whole attributes per scrape (bcache,
+/// bcachefs, edac, rapl, infiniband) read them bounded and without
+/// blocking: a FIFO where bcache's `dirty_data` should be fails bcache
+/// alone, at once (an unbounded, blocking read waited for a writer for
+/// ever, and the scrape with it).
+#[test]
+fn fifo_sysfs_attribute_fails_its_collector_without_hanging() {
+    let sys = copy_tree(&fixture("sys"));
+    let bdev = std::fs::read_dir(sys.path().join("fs/bcache"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("bdev0"))
+        .find(|p| p.is_dir())
+        .expect("a bcache set with bdev0 in the sysfs fixture");
+    let dirty = bdev.join("dirty_data");
+    std::fs::remove_file(&dirty).unwrap();
+    let c = std::ffi::CString::new(dirty.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let d = Daemon::start(&[
+        &format!("--path.procfs={}", fixture("proc").display()),
+        &format!("--path.sysfs={}", sys.path().display()),
+        "--no-probe.runqlat",
+        "--no-probe.cachestat",
+        "--no-probe.drops",
+    ]);
+    for _ in 0..3 {
+        let expo = scrape(&d);
+        assert_eq!(
+            sample(&expo, "node_scrape_collector_success{collector=\"bcache\"}"),
+            Some(0.0),
+            "bcache read a FIFO"
+        );
+        assert_eq!(
+            sample(
+                &expo,
+                "node_scrape_collector_success{collector=\"loadavg\"}"
+            ),
+            Some(1.0)
+        );
+    }
+    log_line_with(&d, &[&dirty.display().to_string(), "not a regular file"]);
+    stop_within_5s(d);
 }
 
 #[test]

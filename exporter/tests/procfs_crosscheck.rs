@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use procfs::net::{InterfaceDeviceStatus, Snmp, Snmp6};
 use procfs::{DiskStats, FromBufRead, FromBufReadSI, FromRead, KernelStats, LoadAverage};
 use procfs::{Meminfo, VmStat, current_system_info};
-use usescope::collectors::{diskstats, loadavg, meminfo, netdev, netstat, stat, vmstat};
+use usescope::collectors::{diskstats, loadavg, meminfo, netdev, netstat, vmstat};
 use usescope::exposition::Value;
+use usescope::kernel::proc_stat;
 use usescope::parse::parse_fresh;
 
 /// A parser's whole output as a Vec, panicking with `ctx` on an error.
@@ -100,8 +101,8 @@ fn value_string(v: Value) -> String {
 #[test]
 fn stat_matches_procfs() {
     let ran = each_tree("stat", |text, ctx| {
-        let ours =
-            parse_fresh(text, stat::parse_into).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
+        let ours = parse_fresh(text, proc_stat::parse_into)
+            .unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));
         let theirs = KernelStats::from_buf_read(Cursor::new(text), current_system_info())
             .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
         assert_eq!(ours.cpus.len(), theirs.cpu_time.len(), "{ctx}: CPU rows");
@@ -120,7 +121,7 @@ fn stat_matches_procfs() {
                 cpu.guest.unwrap_or(0),
                 cpu.guest_nice.unwrap_or(0),
             ];
-            for (mode, (a, b)) in stat::COLUMNS.iter().zip(ticks.iter().zip(their_ticks)) {
+            for (mode, (a, b)) in proc_stat::COLUMNS.iter().zip(ticks.iter().zip(their_ticks)) {
                 assert_eq!(*a, b, "{ctx}: cpu{id} {mode}");
             }
         }
@@ -372,11 +373,11 @@ fn snmp6_matches_procfs() {
 #[test]
 fn mountinfo_matches_procfs() {
     use procfs::process::MountInfos;
-    use usescope::collectors::filesystem;
+    use usescope::kernel::mountinfo;
     let mut ran = 0;
     for rel in ["self/mountinfo", "1/mountinfo"] {
         ran += each_tree(rel, |text, ctx| {
-            let ours = all(text, ctx, filesystem::parse_into);
+            let ours = all(text, ctx, mountinfo::parse_into);
             let theirs = MountInfos::from_buf_read(Cursor::new(text))
                 .unwrap_or_else(|e| panic!("{ctx}: procfs: {e}"));
             assert_eq!(ours.len(), theirs.0.len(), "{ctx}: mounts");

@@ -17,11 +17,12 @@
 //! gone) is left out. Without bcache a scrape looks the directory up only
 //! after a uevent or a mount (absence.rs).
 
-use std::io;
 use std::path::Path;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{DeviceError, Families, io_error, settle};
+use crate::collectors::sysfs::{
+    DeviceError, Families, read_parsed, read_parsed_if_present, settle,
+};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -62,7 +63,9 @@ pub const SPEC: Spec = Spec {
         .read_with(PRIORITY_STATS),
     ],
     parsers: &[
-        Parser::numeric("bcache_value", |t| parse_fresh(t, parse_value_into).map(drop)),
+        Parser::numeric("bcache_value", |t| {
+            parse_fresh(t, parse_value_into).map(drop)
+        }),
         Parser::numeric("bcache_writeback_rate_debug", |t| {
             parse_fresh(t, parse_writeback_rate_debug_into).map(drop)
         }),
@@ -180,8 +183,9 @@ pub fn parse_writeback_rate_debug_into(
             out.change = dehumanize_signed(last()?.trim_end_matches("/sec"), n)?;
         } else if line.starts_with("next io:") {
             let v = last()?.trim_end_matches("ms");
-            v.parse::<i64>()
-                .map_err(|_| ParseError::new(n, format!("next io: invalid integer {}", excerpt(v))))?;
+            v.parse::<i64>().map_err(|_| {
+                ParseError::new(n, format!("next io: invalid integer {}", excerpt(v)))
+            })?;
         }
     }
     Ok(())
@@ -224,33 +228,17 @@ pub fn parse_priority_stats_into(text: &str, out: &mut PriorityStats) -> Result<
             .parse()
             .map_err(|_| ParseError::new(n, format!("invalid percentage {}", excerpt(v))))?;
     }
-    if !lines(text).any(|l| l.starts_with("Unused:")) || !lines(text).any(|l| l.starts_with("Metadata:")) {
+    if !lines(text).any(|l| l.starts_with("Unused:"))
+        || !lines(text).any(|l| l.starts_with("Metadata:"))
+    {
         return Err(ParseError::new(1, "no 'Unused:' or 'Metadata:' line"));
     }
     Ok(())
 }
 
-/// Reads and parses a file, naming it in an error.
-fn read_with<T: Default>(
-    path: &Path,
-    parse: fn(&str, &mut T) -> Result<(), ParseError>,
-) -> Result<T, DeviceError> {
-    let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
-    let mut v = T::default();
-    parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
-    Ok(v)
-}
-
 /// A value file; absent counts 0, as in procfs.
 fn value(path: &Path) -> Result<u64, DeviceError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io_error(path, e)),
-    };
-    let mut v = 0;
-    parse_value_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
-    Ok(v)
+    Ok(read_parsed_if_present(path, parse_value_into)?.unwrap_or(0))
 }
 
 /// The entries of `dir` whose name is `prefix` followed by a digit (Go's
@@ -273,15 +261,55 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<String> {
 
 /// The cache-set figures: (file, family, HELP, type).
 const SET_VALUES: &[(&str, &str, &str, MetricType)] = &[
-    ("average_key_size", "average_key_size_sectors", "Average data per key in the btree (sectors).", MetricType::Gauge),
-    ("btree_cache_size", "btree_cache_size_bytes", "Amount of memory currently used by the btree cache.", MetricType::Gauge),
-    ("cache_available_percent", "cache_available_percent", "Percentage of cache device without dirty data, usable for writeback (may contain clean cached data).", MetricType::Gauge),
+    (
+        "average_key_size",
+        "average_key_size_sectors",
+        "Average data per key in the btree (sectors).",
+        MetricType::Gauge,
+    ),
+    (
+        "btree_cache_size",
+        "btree_cache_size_bytes",
+        "Amount of memory currently used by the btree cache.",
+        MetricType::Gauge,
+    ),
+    (
+        "cache_available_percent",
+        "cache_available_percent",
+        "Percentage of cache device without dirty data, usable for writeback (may contain clean cached data).",
+        MetricType::Gauge,
+    ),
     ("congested", "congested", "Congestion.", MetricType::Gauge),
-    ("root_usage_percent", "root_usage_percent", "Percentage of the root btree node in use (tree depth increases if too high).", MetricType::Gauge),
-    ("tree_depth", "tree_depth", "Depth of the btree.", MetricType::Gauge),
-    ("internal/active_journal_entries", "active_journal_entries", "Number of journal entries that are newer than the index.", MetricType::Gauge),
-    ("internal/btree_nodes", "btree_nodes", "Total nodes in the btree.", MetricType::Gauge),
-    ("internal/cache_read_races", "cache_read_races_total", "Counts instances where while data was being read from the cache, the bucket was reused and invalidated - i.e. where the pointer was stale after the read completed.", MetricType::Counter),
+    (
+        "root_usage_percent",
+        "root_usage_percent",
+        "Percentage of the root btree node in use (tree depth increases if too high).",
+        MetricType::Gauge,
+    ),
+    (
+        "tree_depth",
+        "tree_depth",
+        "Depth of the btree.",
+        MetricType::Gauge,
+    ),
+    (
+        "internal/active_journal_entries",
+        "active_journal_entries",
+        "Number of journal entries that are newer than the index.",
+        MetricType::Gauge,
+    ),
+    (
+        "internal/btree_nodes",
+        "btree_nodes",
+        "Total nodes in the btree.",
+        MetricType::Gauge,
+    ),
+    (
+        "internal/cache_read_races",
+        "cache_read_races_total",
+        "Counts instances where while data was being read from the cache, the bucket was reused and invalidated - i.e. where the pointer was stale after the read completed.",
+        MetricType::Counter,
+    ),
 ];
 const BTREE_READ: (&str, &str, &str) = (
     "internal/btree_read_average_duration_us",
@@ -291,12 +319,36 @@ const BTREE_READ: (&str, &str, &str) = (
 
 /// A backing device's `stats_total/`: (file, family, HELP).
 const PERIOD_STATS: &[(&str, &str, &str)] = &[
-    ("bypassed", "bypassed_bytes_total", "Amount of IO (both reads and writes) that has bypassed the cache."),
-    ("cache_hits", "cache_hits_total", "Hits counted per individual IO as bcache sees them."),
-    ("cache_misses", "cache_misses_total", "Misses counted per individual IO as bcache sees them."),
-    ("cache_bypass_hits", "cache_bypass_hits_total", "Hits for IO intended to skip the cache."),
-    ("cache_bypass_misses", "cache_bypass_misses_total", "Misses for IO intended to skip the cache."),
-    ("cache_miss_collisions", "cache_miss_collisions_total", "Instances where data insertion from cache miss raced with write (data already present)."),
+    (
+        "bypassed",
+        "bypassed_bytes_total",
+        "Amount of IO (both reads and writes) that has bypassed the cache.",
+    ),
+    (
+        "cache_hits",
+        "cache_hits_total",
+        "Hits counted per individual IO as bcache sees them.",
+    ),
+    (
+        "cache_misses",
+        "cache_misses_total",
+        "Misses counted per individual IO as bcache sees them.",
+    ),
+    (
+        "cache_bypass_hits",
+        "cache_bypass_hits_total",
+        "Hits for IO intended to skip the cache.",
+    ),
+    (
+        "cache_bypass_misses",
+        "cache_bypass_misses_total",
+        "Misses for IO intended to skip the cache.",
+    ),
+    (
+        "cache_miss_collisions",
+        "cache_miss_collisions_total",
+        "Instances where data insertion from cache miss raced with write (data already present).",
+    ),
 ];
 const READAHEADS: (&str, &str, &str) = (
     "cache_readaheads",
@@ -319,7 +371,14 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 }
 
 impl BcacheCollector {
-    fn push(&mut self, family: &str, help: &str, kind: MetricType, labels: &[(&'static str, &str)], v: f64) {
+    fn push(
+        &mut self,
+        family: &str,
+        help: &str,
+        kind: MetricType,
+        labels: &[(&'static str, &str)],
+        v: f64,
+    ) {
         self.families
             .push(format!("node_bcache_{family}"), help, kind, labels, v);
     }
@@ -340,20 +399,53 @@ impl BcacheCollector {
         // procfs stores the microseconds in a field named nanoseconds, and
         // node_exporter scales that by 1e-9: kept, for equal values.
         let v = value(&dir.join(BTREE_READ.0))?;
-        self.push(BTREE_READ.1, BTREE_READ.2, MetricType::Gauge, &set, v as f64 * 1e-9);
+        self.push(
+            BTREE_READ.1,
+            BTREE_READ.2,
+            MetricType::Gauge,
+            &set,
+            v as f64 * 1e-9,
+        );
 
         for bdev in numbered(dir, "bdev") {
             let bdir = dir.join(&bdev);
             let labels = [("uuid", uuid), ("backing_device", bdev.as_str())];
             let dirty = value(&bdir.join("dirty_data"))?;
-            let wrd = read_with(&bdir.join("writeback_rate_debug"), parse_writeback_rate_debug_into)?;
+            let wrd = read_parsed(
+                &bdir.join("writeback_rate_debug"),
+                parse_writeback_rate_debug_into,
+            )?;
             let gauges: [(&str, &str, f64); 6] = [
-                ("dirty_data_bytes", "Amount of dirty data for this backing device in the cache.", dirty as f64),
-                ("dirty_target_bytes", "Current dirty data target threshold for this backing device in bytes.", wrd.target as f64),
-                ("writeback_rate", "Current writeback rate for this backing device in bytes.", wrd.rate as f64),
-                ("writeback_rate_proportional_term", "Current result of proportional controller, part of writeback rate", wrd.proportional as f64),
-                ("writeback_rate_integral_term", "Current result of integral controller, part of writeback rate", wrd.integral as f64),
-                ("writeback_change", "Last writeback rate change step for this backing device.", wrd.change as f64),
+                (
+                    "dirty_data_bytes",
+                    "Amount of dirty data for this backing device in the cache.",
+                    dirty as f64,
+                ),
+                (
+                    "dirty_target_bytes",
+                    "Current dirty data target threshold for this backing device in bytes.",
+                    wrd.target as f64,
+                ),
+                (
+                    "writeback_rate",
+                    "Current writeback rate for this backing device in bytes.",
+                    wrd.rate as f64,
+                ),
+                (
+                    "writeback_rate_proportional_term",
+                    "Current result of proportional controller, part of writeback rate",
+                    wrd.proportional as f64,
+                ),
+                (
+                    "writeback_rate_integral_term",
+                    "Current result of integral controller, part of writeback rate",
+                    wrd.integral as f64,
+                ),
+                (
+                    "writeback_change",
+                    "Last writeback rate change step for this backing device.",
+                    wrd.change as f64,
+                ),
             ];
             for (family, help, v) in gauges {
                 self.push(family, help, MetricType::Gauge, &labels, v);
@@ -366,7 +458,13 @@ impl BcacheCollector {
             // Written only when not zero, as node_exporter writes it.
             let readaheads = value(&stats.join(READAHEADS.0))?;
             if readaheads != 0 {
-                self.push(READAHEADS.1, READAHEADS.2, MetricType::Counter, &labels, readaheads as f64);
+                self.push(
+                    READAHEADS.1,
+                    READAHEADS.2,
+                    MetricType::Counter,
+                    &labels,
+                    readaheads as f64,
+                );
             }
         }
 
@@ -374,15 +472,45 @@ impl BcacheCollector {
             let cdir = dir.join(&cache);
             let labels = [("uuid", uuid), ("cache_device", cache.as_str())];
             let v = value(&cdir.join("io_errors"))?;
-            self.push("io_errors", "Number of errors that have occurred, decayed by io_error_halflife.", MetricType::Gauge, &labels, v as f64);
+            self.push(
+                "io_errors",
+                "Number of errors that have occurred, decayed by io_error_halflife.",
+                MetricType::Gauge,
+                &labels,
+                v as f64,
+            );
             let v = value(&cdir.join("metadata_written"))?;
-            self.push("metadata_written_bytes_total", "Sum of all non data writes (btree writes and all other metadata).", MetricType::Counter, &labels, v as f64);
+            self.push(
+                "metadata_written_bytes_total",
+                "Sum of all non data writes (btree writes and all other metadata).",
+                MetricType::Counter,
+                &labels,
+                v as f64,
+            );
             let v = value(&cdir.join("written"))?;
-            self.push("written_bytes_total", "Sum of all data that has been written to the cache.", MetricType::Counter, &labels, v as f64);
+            self.push(
+                "written_bytes_total",
+                "Sum of all data that has been written to the cache.",
+                MetricType::Counter,
+                &labels,
+                v as f64,
+            );
             if self.priority_stats {
-                let p = read_with(&cdir.join("priority_stats"), parse_priority_stats_into)?;
-                self.push("priority_stats_unused_percent", "The percentage of the cache that doesn't contain any data.", MetricType::Gauge, &labels, p.unused_percent as f64);
-                self.push("priority_stats_metadata_percent", "Bcache's metadata overhead.", MetricType::Gauge, &labels, p.metadata_percent as f64);
+                let p = read_parsed(&cdir.join("priority_stats"), parse_priority_stats_into)?;
+                self.push(
+                    "priority_stats_unused_percent",
+                    "The percentage of the cache that doesn't contain any data.",
+                    MetricType::Gauge,
+                    &labels,
+                    p.unused_percent as f64,
+                );
+                self.push(
+                    "priority_stats_metadata_percent",
+                    "Bcache's metadata overhead.",
+                    MetricType::Gauge,
+                    &labels,
+                    p.metadata_percent as f64,
+                );
             }
         }
         Ok(())
@@ -418,7 +546,17 @@ mod tests {
         assert_eq!(d("2k"), 2048);
         assert_eq!(d("1.1M"), 1_150_976);
         assert_eq!(d("3.9G"), 4_164_943_872);
-        for bad in ["", "k", "1.2.3k", "1.5x", "abc", "-1", "1e999", "99999999999999999999999", "16.0E"] {
+        for bad in [
+            "",
+            "k",
+            "1.2.3k",
+            "1.5x",
+            "abc",
+            "-1",
+            "1e999",
+            "99999999999999999999999",
+            "16.0E",
+        ] {
             assert!(dehumanize(bad, 1).is_err(), "{bad:?}");
         }
         assert_eq!(dehumanize_signed("-23.5k", 1).unwrap(), -24_052);
@@ -438,10 +576,17 @@ mod tests {
                 change: -1_224,
             }
         );
-        let e = parse_fresh(&text.replace("1.1M/sec", "fast"), parse_writeback_rate_debug_into).unwrap_err();
+        let e = parse_fresh(
+            &text.replace("1.1M/sec", "fast"),
+            parse_writeback_rate_debug_into,
+        )
+        .unwrap_err();
         assert_eq!(e.line, 1);
-        let e = parse_fresh(&text.replace("-5ms", "soonms"), parse_writeback_rate_debug_into)
-            .unwrap_err();
+        let e = parse_fresh(
+            &text.replace("-5ms", "soonms"),
+            parse_writeback_rate_debug_into,
+        )
+        .unwrap_err();
         assert_eq!(e.line, 7);
         assert!(parse_fresh("garbage\n", parse_writeback_rate_debug_into).is_err());
     }
@@ -451,11 +596,20 @@ mod tests {
         let text = "Unused:\t\t99%\nClean:\t\t0%\nDirty:\t\t0%\nMetadata:\t1%\nAverage:\t0\nSectors per Q:\t24576\nQuantiles:\t[0 0 0]\n";
         assert_eq!(
             parse_fresh(text, parse_priority_stats_into).unwrap(),
-            PriorityStats { unused_percent: 99, metadata_percent: 1 }
+            PriorityStats {
+                unused_percent: 99,
+                metadata_percent: 1
+            }
         );
         assert!(parse_fresh("Unused:\tmost%\n", parse_priority_stats_into).is_err());
         assert!(parse_fresh("garbage\n", parse_priority_stats_into).is_err());
-        assert!(parse_fresh(&text.replace("Average:\t0", "Average:\t99999999999999999999"), parse_priority_stats_into).is_err());
+        assert!(
+            parse_fresh(
+                &text.replace("Average:\t0", "Average:\t99999999999999999999"),
+                parse_priority_stats_into
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -467,9 +621,15 @@ mod tests {
             format!("node_bcache_btree_cache_size_bytes{{uuid=\"{u}\"}} 3145728\n"),
             format!("node_bcache_cache_hits_total{{backing_device=\"bdev0\",uuid=\"{u}\"}} 1432\n"),
             format!("node_bcache_dirty_data_bytes{{backing_device=\"bdev0\",uuid=\"{u}\"}} 1524\n"),
-            format!("node_bcache_writeback_rate_proportional_term{{backing_device=\"bdev0\",uuid=\"{u}\"}} -24052\n"),
-            format!("node_bcache_written_bytes_total{{cache_device=\"cache0\",uuid=\"{u}\"}} 4164943872\n"),
-            format!("node_bcache_btree_read_average_duration_seconds{{uuid=\"{u}\"}} 0.0000014560000000000001\n"),
+            format!(
+                "node_bcache_writeback_rate_proportional_term{{backing_device=\"bdev0\",uuid=\"{u}\"}} -24052\n"
+            ),
+            format!(
+                "node_bcache_written_bytes_total{{cache_device=\"cache0\",uuid=\"{u}\"}} 4164943872\n"
+            ),
+            format!(
+                "node_bcache_btree_read_average_duration_seconds{{uuid=\"{u}\"}} 0.0000014560000000000001\n"
+            ),
         ] {
             assert!(out.contains(&l), "missing {l:?} in\n{out}");
         }

@@ -23,7 +23,10 @@ use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{DeviceError, Families, io_error, sanitize_metric_name, settle};
+use crate::collectors::sysfs::{
+    DeviceError, Families, io_error, read_attribute, read_parsed_if_present, sanitize_metric_name,
+    settle,
+};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Encoder, MetricType};
@@ -36,26 +39,56 @@ pub const SPEC: Spec = Spec {
     flags: &[],
     build,
     sources: &[
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/btree_cache_size", "bcachefs_size"),
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/compression_stats", "bcachefs_compression_stats"),
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/errors", "bcachefs_errors"),
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/counters/bucket_alloc", "bcachefs_counter"),
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/btree_write_stats", "bcachefs_btree_write_stats"),
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/dev-0/nbuckets", "bcachefs_uint"),
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/dev-0/io_done", "bcachefs_io_done"),
-        Source::sys("fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/dev-0/io_errors", "bcachefs_io_errors"),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/btree_cache_size",
+            "bcachefs_size",
+        ),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/compression_stats",
+            "bcachefs_compression_stats",
+        ),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/errors",
+            "bcachefs_errors",
+        ),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/counters/bucket_alloc",
+            "bcachefs_counter",
+        ),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/btree_write_stats",
+            "bcachefs_btree_write_stats",
+        ),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/dev-0/nbuckets",
+            "bcachefs_uint",
+        ),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/dev-0/io_done",
+            "bcachefs_io_done",
+        ),
+        Source::sys(
+            "fs/bcachefs/7f1d5a4e-93c2-4f0b-b8a6-2c5e0d9b1a37/dev-0/io_errors",
+            "bcachefs_io_errors",
+        ),
     ],
     parsers: &[
-        Parser::numeric("bcachefs_size", |t| parse_fresh(t, parse_size_into).map(drop)),
+        Parser::numeric("bcachefs_size", |t| {
+            parse_fresh(t, parse_size_into).map(drop)
+        }),
         Parser::numeric("bcachefs_compression_stats", |t| {
             parse_compression_stats(t).map(drop)
         }),
         Parser::numeric("bcachefs_errors", |t| parse_errors(t).map(drop)),
-        Parser::numeric("bcachefs_counter", |t| parse_fresh(t, parse_counter_into).map(drop)),
+        Parser::numeric("bcachefs_counter", |t| {
+            parse_fresh(t, parse_counter_into).map(drop)
+        }),
         Parser::numeric("bcachefs_btree_write_stats", |t| {
             parse_btree_write_stats(t).map(drop)
         }),
-        Parser::numeric("bcachefs_uint", |t| parse_fresh(t, parse_uint_into).map(drop)),
+        Parser::numeric("bcachefs_uint", |t| {
+            parse_fresh(t, parse_uint_into).map(drop)
+        }),
         Parser::numeric("bcachefs_io_done", |t| parse_io_done(t).map(drop)),
         Parser::numeric("bcachefs_io_errors", |t| parse_io_errors(t).map(drop)),
     ],
@@ -120,7 +153,11 @@ pub fn parse_compression_stats(text: &str) -> Result<Vec<(String, u64, u64)>, Pa
         if let Some(avg) = f.get(3) {
             human(avg, n)?;
         }
-        out.push((f[0].trim_end_matches(':').to_string(), compressed, uncompressed));
+        out.push((
+            f[0].trim_end_matches(':').to_string(),
+            compressed,
+            uncompressed,
+        ));
     }
     Ok(out)
 }
@@ -200,7 +237,10 @@ pub fn parse_io_done(text: &str) -> Result<Vec<(String, String, u64)>, ParseErro
         let (Some((kind, value)), false) = (line.split_once(':'), op.is_empty()) else {
             return Err(ParseError::new(
                 i + 1,
-                format!("expected 'read:', 'write:' or 'type : bytes' under one, got {}", excerpt(line)),
+                format!(
+                    "expected 'read:', 'write:' or 'type : bytes' under one, got {}",
+                    excerpt(line)
+                ),
             ));
         };
         let v = uint(value, i + 1, "bytes")?;
@@ -226,36 +266,34 @@ pub fn parse_io_errors(text: &str) -> Result<Vec<(String, u64)>, ParseError> {
             continue;
         }
         let Some((kind, value)) = line.trim().split_once(':') else {
-            return Err(ParseError::new(i + 1, format!("expected 'type: count', got {}", excerpt(line))));
+            return Err(ParseError::new(
+                i + 1,
+                format!("expected 'type: count', got {}", excerpt(line)),
+            ));
         };
         out.push((kind.trim().to_string(), uint(value, i + 1, "error count")?));
     }
     // Stricter than procfs, which reads a file without the section as no
     // errors: the kernel always writes it.
     if !in_creation {
-        return Err(ParseError::new(1, "no 'IO errors since filesystem creation' section"));
+        return Err(ParseError::new(
+            1,
+            "no 'IO errors since filesystem creation' section",
+        ));
     }
     Ok(out)
 }
 
-/// A file's text, `None` if absent.
-fn read_optional(path: &Path) -> Result<Option<String>, DeviceError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error(path, e)),
-    }
-}
-
-/// Parses an optional file, naming it in an error.
+/// Parses an optional file, naming it in an error; absent is the default.
 fn parsed<T: Default>(
     path: &Path,
     parse: impl Fn(&str) -> Result<T, ParseError>,
 ) -> Result<T, DeviceError> {
-    match read_optional(path)? {
-        Some(t) => parse(&t).map_err(|e| CollectError::from_parse(path, e).into()),
-        None => Ok(T::default()),
-    }
+    let fresh = read_parsed_if_present(path, |t, out: &mut T| {
+        *out = parse(t)?;
+        Ok(())
+    })?;
+    Ok(fresh.unwrap_or_default())
 }
 
 /// The names of the entries of `dir` that are directories (not links),
@@ -293,7 +331,14 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 }
 
 impl BcachefsCollector {
-    fn push(&mut self, family: &str, help: &str, kind: MetricType, labels: &[(&'static str, &str)], v: f64) {
+    fn push(
+        &mut self,
+        family: &str,
+        help: &str,
+        kind: MetricType,
+        labels: &[(&'static str, &str)],
+        v: f64,
+    ) {
         self.families
             .push(format!("node_bcachefs_{family}"), help, kind, labels, v);
     }
@@ -309,29 +354,76 @@ impl BcachefsCollector {
         use MetricType::{Counter, Gauge};
         let id = [("uuid", uuid)];
         self.push("info", "Filesystem information.", Gauge, &id, 1.0);
-        let cache = parsed(&dir.join("btree_cache_size"), |t| parse_fresh(t, parse_size_into))?;
-        self.push("btree_cache_size_bytes", "Btree cache memory usage in bytes.", Gauge, &id, cache as f64);
+        let cache = parsed(&dir.join("btree_cache_size"), |t| {
+            parse_fresh(t, parse_size_into)
+        })?;
+        self.push(
+            "btree_cache_size_bytes",
+            "Btree cache memory usage in bytes.",
+            Gauge,
+            &id,
+            cache as f64,
+        );
 
-        for (alg, compressed, uncompressed) in parsed(&dir.join("compression_stats"), parse_compression_stats)? {
+        for (alg, compressed, uncompressed) in
+            parsed(&dir.join("compression_stats"), parse_compression_stats)?
+        {
             let l = [("uuid", uuid), ("algorithm", alg.as_str())];
-            self.push("compression_compressed_bytes", "Compressed size by algorithm.", Gauge, &l, compressed as f64);
-            self.push("compression_uncompressed_bytes", "Uncompressed size by algorithm.", Gauge, &l, uncompressed as f64);
+            self.push(
+                "compression_compressed_bytes",
+                "Compressed size by algorithm.",
+                Gauge,
+                &l,
+                compressed as f64,
+            );
+            self.push(
+                "compression_uncompressed_bytes",
+                "Uncompressed size by algorithm.",
+                Gauge,
+                &l,
+                uncompressed as f64,
+            );
         }
         for (kind, count) in parsed(&dir.join("errors"), parse_errors)? {
             let l = [("uuid", uuid), ("error_type", kind.as_str())];
-            self.push("errors_total", "Error count by error type.", Counter, &l, count as f64);
+            self.push(
+                "errors_total",
+                "Error count by error type.",
+                Counter,
+                &l,
+                count as f64,
+            );
         }
         let counters = dir.join("counters");
         for name in entries(&counters, false)? {
             let path = counters.join(&name);
             let v = parsed(&path, |t| parse_fresh(t, parse_counter_into))?;
             let help = format!("Bcachefs counter {name} since filesystem creation.");
-            self.push(&format!("{}_total", sanitize_metric_name(&name)), &help, Counter, &id, v as f64);
+            self.push(
+                &format!("{}_total", sanitize_metric_name(&name)),
+                &help,
+                Counter,
+                &id,
+                v as f64,
+            );
         }
-        for (kind, count, size) in parsed(&dir.join("btree_write_stats"), parse_btree_write_stats)? {
+        for (kind, count, size) in parsed(&dir.join("btree_write_stats"), parse_btree_write_stats)?
+        {
             let l = [("uuid", uuid), ("type", kind.as_str())];
-            self.push("btree_writes_total", "Number of btree writes by type.", Counter, &l, count as f64);
-            self.push("btree_write_average_size_bytes", "Average btree write size by type.", Gauge, &l, size as f64);
+            self.push(
+                "btree_writes_total",
+                "Number of btree writes by type.",
+                Counter,
+                &l,
+                count as f64,
+            );
+            self.push(
+                "btree_write_average_size_bytes",
+                "Average btree write size by type.",
+                Gauge,
+                &l,
+                size as f64,
+            );
         }
         for entry in entries(dir, true)? {
             let Some(device) = entry.strip_prefix("dev-") else {
@@ -346,7 +438,7 @@ impl BcachefsCollector {
         use MetricType::{Counter, Gauge};
         // label and state: any read error is an empty label, as in procfs.
         let text = |f: &str| {
-            std::fs::read_to_string(dir.join(f))
+            read_attribute(&dir.join(f))
                 .map(|t| t.trim().to_string())
                 .unwrap_or_default()
         };
@@ -360,19 +452,59 @@ impl BcachefsCollector {
         let io_done = parsed(&dir.join("io_done"), parse_io_done)?;
         let io_errors = parsed(&dir.join("io_errors"), parse_io_errors)?;
 
-        let info = [("uuid", uuid), ("device", device), ("label", label.as_str()), ("state", state.as_str())];
+        let info = [
+            ("uuid", uuid),
+            ("device", device),
+            ("label", label.as_str()),
+            ("state", state.as_str()),
+        ];
         self.push("device_info", "Device information.", Gauge, &info, 1.0);
         let l = [("uuid", uuid), ("device", device)];
-        self.push("device_bucket_size_bytes", "Bucket size in bytes.", Gauge, &l, bucket_size as f64);
-        self.push("device_buckets", "Total number of buckets.", Gauge, &l, buckets as f64);
-        self.push("device_durability", "Device durability setting.", Gauge, &l, durability as f64);
+        self.push(
+            "device_bucket_size_bytes",
+            "Bucket size in bytes.",
+            Gauge,
+            &l,
+            bucket_size as f64,
+        );
+        self.push(
+            "device_buckets",
+            "Total number of buckets.",
+            Gauge,
+            &l,
+            buckets as f64,
+        );
+        self.push(
+            "device_durability",
+            "Device durability setting.",
+            Gauge,
+            &l,
+            durability as f64,
+        );
         for (op, kind, bytes) in &io_done {
-            let l = [("uuid", uuid), ("device", device), ("operation", op.as_str()), ("data_type", kind.as_str())];
-            self.push("device_io_done_bytes_total", "IO bytes by operation type and data type.", Counter, &l, *bytes as f64);
+            let l = [
+                ("uuid", uuid),
+                ("device", device),
+                ("operation", op.as_str()),
+                ("data_type", kind.as_str()),
+            ];
+            self.push(
+                "device_io_done_bytes_total",
+                "IO bytes by operation type and data type.",
+                Counter,
+                &l,
+                *bytes as f64,
+            );
         }
         for (kind, count) in &io_errors {
             let l = [("uuid", uuid), ("device", device), ("type", kind.as_str())];
-            self.push("device_io_errors_total", "IO errors by error type.", Counter, &l, *count as f64);
+            self.push(
+                "device_io_errors_total",
+                "IO errors by error type.",
+                Counter,
+                &l,
+                *count as f64,
+            );
         }
         Ok(())
     }
@@ -404,7 +536,16 @@ mod tests {
         assert_eq!(h("28.2k"), 28_876);
         assert_eq!(h("2.05G"), 2_201_170_739);
         assert_eq!(h("10.8T"), 11_874_725_579_980);
-        for bad in ["", "k", "x", "-1", "1.2.3G", "NaN", "99999999999999999999", "16E"] {
+        for bad in [
+            "",
+            "k",
+            "x",
+            "-1",
+            "1.2.3G",
+            "NaN",
+            "99999999999999999999",
+            "16E",
+        ] {
             assert!(human(bad, 1).is_err(), "{bad:?}");
         }
     }
@@ -423,11 +564,21 @@ mod tests {
         assert_eq!(w, vec![("initial".to_string(), 3_298_401, 102_400)]);
 
         let e = parse_errors("btree_node_read_err 3 1700000000\nsb_fields_bad 1\n").unwrap();
-        assert_eq!(e, vec![("btree_node_read_err".into(), 3), ("sb_fields_bad".into(), 1)]);
+        assert_eq!(
+            e,
+            vec![
+                ("btree_node_read_err".into(), 3),
+                ("sb_fields_bad".into(), 1)
+            ]
+        );
         assert_eq!(parse_errors("a b\n").unwrap_err().line, 1);
 
         assert_eq!(
-            parse_fresh("since mount:   21\nsince filesystem creation:     30277\n", parse_counter_into).unwrap(),
+            parse_fresh(
+                "since mount:   21\nsince filesystem creation:     30277\n",
+                parse_counter_into
+            )
+            .unwrap(),
             30_277
         );
         assert!(parse_fresh("garbage\n", parse_counter_into).is_err());
@@ -440,7 +591,12 @@ mod tests {
         let e = parse_io_errors("IO errors since filesystem creation\n  read:    2\n  checksum:0\nIO errors since 8 y ago\n  read:    9\n").unwrap();
         assert_eq!(e, vec![("read".into(), 2), ("checksum".into(), 0)]);
         assert_eq!(parse_io_errors("garbage\n").unwrap_err().line, 1);
-        assert_eq!(parse_io_errors("IO errors since filesystem creation\n  read 2\n").unwrap_err().line, 2);
+        assert_eq!(
+            parse_io_errors("IO errors since filesystem creation\n  read 2\n")
+                .unwrap_err()
+                .line,
+            2
+        );
         assert_eq!(parse_io_done("garbage\nread:\n").unwrap_err().line, 1);
     }
 
@@ -452,9 +608,15 @@ mod tests {
         for l in [
             format!("node_bcachefs_info{{uuid=\"{u}\"}} 1\n"),
             format!("node_bcachefs_bucket_alloc_total{{uuid=\"{u}\"}} 2861374\n"),
-            format!("node_bcachefs_device_info{{device=\"1\",label=\"hdd.hdd1\",state=\"ro [evacuating] spare\",uuid=\"{u}\"}} 1\n"),
-            format!("node_bcachefs_device_io_errors_total{{device=\"1\",type=\"checksum\",uuid=\"{u}\"}} 7\n"),
-            format!("node_bcachefs_errors_total{{error_type=\"ptr_to_missing_backpointer\",uuid=\"{u}\"}} 4\n"),
+            format!(
+                "node_bcachefs_device_info{{device=\"1\",label=\"hdd.hdd1\",state=\"ro [evacuating] spare\",uuid=\"{u}\"}} 1\n"
+            ),
+            format!(
+                "node_bcachefs_device_io_errors_total{{device=\"1\",type=\"checksum\",uuid=\"{u}\"}} 7\n"
+            ),
+            format!(
+                "node_bcachefs_errors_total{{error_type=\"ptr_to_missing_backpointer\",uuid=\"{u}\"}} 4\n"
+            ),
         ] {
             assert!(out.contains(&l), "missing {l:?} in\n{out}");
         }
@@ -471,7 +633,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fs = dir.path().join("fs/bcachefs/u-1");
         std::fs::create_dir_all(&fs).unwrap();
-        std::fs::write(fs.join("btree_write_stats"), "nr size\ninitial: many 100k\n").unwrap();
+        std::fs::write(
+            fs.join("btree_write_stats"),
+            "nr size\ninitial: many 100k\n",
+        )
+        .unwrap();
         let s = Settings::with_roots("/nonexistent", dir.path());
         let e = render(build(&s).as_mut()).unwrap_err();
         assert!(e.file.ends_with("u-1/btree_write_stats"), "{e}");

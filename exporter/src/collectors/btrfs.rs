@@ -26,12 +26,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::collector::Collector;
-use crate::collectors::btrfs_ioctl::{self, Device as IoctlDevice};
-use crate::collectors::filesystem::{self, Mount};
 use crate::collectors::sysfs::{DeviceError, DeviceFile};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
+use crate::kernel::btrfs_ioctl::{self, Device as IoctlDevice};
+use crate::kernel::mountinfo::{self, Mount};
 use crate::parse::{fields, lines, parse_fresh, u64_field, u64_sysctl_into};
 use crate::source::{DirListing, SourceFile};
 
@@ -77,9 +77,7 @@ pub const SPEC: Spec = Spec {
     ],
     parsers: &[
         Parser::text("btrfs_text", |t| parse_fresh(t, parse_text_into).map(drop)),
-        Parser::numeric("btrfs_value", |t| {
-            parse_fresh(t, u64_sysctl_into).map(drop)
-        }),
+        Parser::numeric("btrfs_value", |t| parse_fresh(t, u64_sysctl_into).map(drop)),
         Parser::numeric("btrfs_commit_stats", |t| {
             parse_fresh(t, parse_commit_stats_into).map(drop)
         }),
@@ -87,7 +85,10 @@ pub const SPEC: Spec = Spec {
 };
 
 const INFO: Desc = Desc::gauge("node_btrfs_info", "Filesystem information");
-const GLOBAL_RSV: Desc = Desc::gauge("node_btrfs_global_rsv_size_bytes", "Size of global reserve.");
+const GLOBAL_RSV: Desc = Desc::gauge(
+    "node_btrfs_global_rsv_size_bytes",
+    "Size of global reserve.",
+);
 const COMMITS: Desc = Desc::counter(
     "node_btrfs_commits_total",
     "The total number of commits that have occurred.",
@@ -285,11 +286,20 @@ impl Filesystem {
 
     fn read(&mut self) -> Result<(), DeviceError> {
         let label = &mut self.label;
-        if self.label_file.device_parse(|t| parse_text_into(t, label))?.is_none() {
+        if self
+            .label_file
+            .device_parse(|t| parse_text_into(t, label))?
+            .is_none()
+        {
             label.clear();
         }
         let uuid = &mut self.uuid;
-        if self.uuid_file.device_parse(|t| parse_text_into(t, uuid))?.is_none() || uuid.is_empty() {
+        if self
+            .uuid_file
+            .device_parse(|t| parse_text_into(t, uuid))?
+            .is_none()
+            || uuid.is_empty()
+        {
             uuid.clear();
             uuid.push_str(&self.dir_name);
         }
@@ -378,11 +388,12 @@ impl BtrfsCollector {
         for fs in &mut self.filesystems {
             fs.ioctl = None;
         }
-        let (filesystems, rootfs, devices) = (&mut self.filesystems, &self.rootfs, &mut self.devices);
+        let (filesystems, rootfs, devices) =
+            (&mut self.filesystems, &self.rootfs, &mut self.devices);
         let store = &mut self.mounts;
         let mut each = |text: &str| -> Result<(), ParseError> {
             let mut mounts: Vec<Mount<'_>> = crate::parse::recycle(std::mem::take(store));
-            filesystem::parse_into(text, &mut mounts)?;
+            mountinfo::parse_into(text, &mut mounts)?;
             // A filesystem mounted at several places (subvolumes, bind
             // mounts) is asked once.
             let mut done: Vec<&str> = Vec::new();
@@ -390,14 +401,17 @@ impl BtrfsCollector {
                 if done.contains(&m.source) {
                     continue;
                 }
-                let raw = filesystem::unescape(m.mount_point);
+                let raw = mountinfo::unescape(m.mount_point);
                 let relative = Path::new(std::ffi::OsStr::from_bytes(&raw));
                 let point = rootfs.join(relative.strip_prefix("/").unwrap_or(relative));
                 let Ok(fsid) = btrfs_ioctl::read(&point, devices) else {
                     continue;
                 };
                 done.push(m.source);
-                if let Some(fs) = filesystems.iter_mut().find(|f| f.uuid == fsid && f.ioctl.is_none()) {
+                if let Some(fs) = filesystems
+                    .iter_mut()
+                    .find(|f| f.uuid == fsid && f.ioctl.is_none())
+                {
                     fs.ioctl = Some(devices.clone());
                 }
             }
@@ -431,11 +445,20 @@ impl Collector for BtrfsCollector {
             f.present = false;
         }
         // procfs's glob `fs/btrfs/*-*`: the filesystems' uuids, not `features`.
-        for e in self.listing.entries().iter().filter(|e| e.name.contains('-')) {
-            let i = match self.filesystems.binary_search_by(|f| f.dir_name.cmp(&e.name)) {
+        for e in self
+            .listing
+            .entries()
+            .iter()
+            .filter(|e| e.name.contains('-'))
+        {
+            let i = match self
+                .filesystems
+                .binary_search_by(|f| f.dir_name.cmp(&e.name))
+            {
                 Ok(i) => i,
                 Err(i) => {
-                    self.filesystems.insert(i, Filesystem::new(&self.root, &e.name));
+                    self.filesystems
+                        .insert(i, Filesystem::new(&self.root, &e.name));
                     i
                 }
             };
@@ -466,7 +489,10 @@ impl Collector for BtrfsCollector {
             enc.sample(&COMMITS, &[("uuid", &f.uuid)], f.commits.commits);
         }
         for (desc, ms) in [
-            (&LAST_COMMIT, (|c: &CommitStats| c.last_ms) as fn(&CommitStats) -> u64),
+            (
+                &LAST_COMMIT,
+                (|c: &CommitStats| c.last_ms) as fn(&CommitStats) -> u64,
+            ),
             (&MAX_COMMIT, |c| c.max_ms),
             (&COMMIT_SECONDS, |c| c.total_ms),
         ] {
@@ -478,7 +504,11 @@ impl Collector for BtrfsCollector {
         enc.family(&RESERVED);
         for f in all {
             for (g, name) in f.groups.iter().zip(GROUPS) {
-                enc.sample(&RESERVED, &[("uuid", &f.uuid), ("block_group_type", name)], g.reserved.value);
+                enc.sample(
+                    &RESERVED,
+                    &[("uuid", &f.uuid), ("block_group_type", name)],
+                    g.reserved.value,
+                );
             }
         }
         for desc in [&USED, &SIZE, &RATIO] {
@@ -486,7 +516,11 @@ impl Collector for BtrfsCollector {
             for f in all {
                 for (g, name) in f.groups.iter().zip(GROUPS) {
                     for l in &g.layouts {
-                        let labels = [("uuid", f.uuid.as_str()), ("block_group_type", name), ("mode", l.name.as_str())];
+                        let labels = [
+                            ("uuid", f.uuid.as_str()),
+                            ("block_group_type", name),
+                            ("mode", l.name.as_str()),
+                        ];
                         match desc.name {
                             "node_btrfs_used_bytes" => enc.sample(desc, &labels, l.used.value),
                             "node_btrfs_size_bytes" => enc.sample(desc, &labels, l.total.value),
@@ -501,7 +535,11 @@ impl Collector for BtrfsCollector {
             match &f.ioctl {
                 Some(devs) => {
                     for d in devs {
-                        let labels = [("uuid", f.uuid.as_str()), ("device", &d.name), ("btrfs_dev_uuid", &d.uuid)];
+                        let labels = [
+                            ("uuid", f.uuid.as_str()),
+                            ("device", &d.name),
+                            ("btrfs_dev_uuid", &d.uuid),
+                        ];
                         enc.sample(&DEVICE_SIZE, &labels, d.total_bytes);
                     }
                 }
@@ -519,8 +557,16 @@ impl Collector for BtrfsCollector {
             enc.family(&DEVICE_UNUSED);
             for (f, devs) in with_ioctl() {
                 for d in devs {
-                    let labels = [("uuid", f.uuid.as_str()), ("device", &d.name), ("btrfs_dev_uuid", &d.uuid)];
-                    enc.sample(&DEVICE_UNUSED, &labels, d.total_bytes.saturating_sub(d.bytes_used));
+                    let labels = [
+                        ("uuid", f.uuid.as_str()),
+                        ("device", &d.name),
+                        ("btrfs_dev_uuid", &d.uuid),
+                    ];
+                    enc.sample(
+                        &DEVICE_UNUSED,
+                        &labels,
+                        d.total_bytes.saturating_sub(d.bytes_used),
+                    );
                 }
             }
             enc.family(&DEVICE_ERRORS);
@@ -554,15 +600,31 @@ mod tests {
             parse_commit_stats_into,
         )
         .unwrap();
-        assert_eq!(c, CommitStats { commits: 12, last_ms: 5, max_ms: 31, total_ms: 140 });
-        assert_eq!(parse_fresh("commits\n", parse_commit_stats_into).unwrap_err().line, 1);
+        assert_eq!(
+            c,
+            CommitStats {
+                commits: 12,
+                last_ms: 5,
+                max_ms: 31,
+                total_ms: 140
+            }
+        );
+        assert_eq!(
+            parse_fresh("commits\n", parse_commit_stats_into)
+                .unwrap_err()
+                .line,
+            1
+        );
         assert!(parse_fresh("commits 1 2\n", parse_commit_stats_into).is_err());
         assert!(parse_fresh("commits x\n", parse_commit_stats_into).is_err());
     }
 
     #[test]
     fn text_and_ratio() {
-        assert_eq!(parse_fresh("my label \n", parse_text_into).unwrap(), "my label");
+        assert_eq!(
+            parse_fresh("my label \n", parse_text_into).unwrap(),
+            "my label"
+        );
         assert_eq!(parse_fresh("\n", parse_text_into).unwrap(), "");
         assert!(parse_fresh("a\nb\n", parse_text_into).is_err());
         assert_eq!(ratio("raid5", 3), 1.5);
@@ -580,15 +642,23 @@ mod tests {
         let uuid = "8f0c0009-c7d7-48f3-830e-996233393f1f";
         for line in [
             format!("node_btrfs_info{{uuid=\"{uuid}\",label=\"mylabel\"}} 1\n"),
-            format!("node_btrfs_allocation_ratio{{uuid=\"{uuid}\",block_group_type=\"metadata\",mode=\"dup\"}} 2\n"),
+            format!(
+                "node_btrfs_allocation_ratio{{uuid=\"{uuid}\",block_group_type=\"metadata\",mode=\"dup\"}} 2\n"
+            ),
             format!("node_btrfs_device_size_bytes{{uuid=\"{uuid}\",device=\"loop0\"}} 419430400\n"),
             format!("node_btrfs_last_commit_seconds{{uuid=\"{uuid}\"}} 0.005\n"),
         ] {
             assert!(out.contains(&line), "{line} in\n{out}");
         }
         // The raid1 filesystem over two devices, without commit_stats.
-        assert!(out.contains("block_group_type=\"data\",mode=\"raid1\"} 2\n"), "{out}");
-        assert!(!out.contains("node_btrfs_device_errors_total"), "no mount answers here");
+        assert!(
+            out.contains("block_group_type=\"data\",mode=\"raid1\"} 2\n"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("node_btrfs_device_errors_total"),
+            "no mount answers here"
+        );
         assert_eq!(render(build(&s).as_mut()).unwrap(), out);
         let absent = Settings::with_roots("/nonexistent", "/nonexistent-usescope");
         assert_eq!(render(build(&absent).as_mut()).unwrap(), "");

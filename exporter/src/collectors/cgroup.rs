@@ -44,10 +44,10 @@ use regex::Regex;
 
 use crate::absence::{Epoch, Stamp};
 use crate::collector::Collector;
-use crate::collectors::pressure::{self, Psi};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, Value as Sample};
+use crate::kernel::psi::{self, Psi};
 use crate::parse::parse_fresh;
 
 use fold::{Before, Candidate};
@@ -150,7 +150,7 @@ pub const SPEC: Spec = Spec {
             parse_fresh(t, parse::parse_blkio_into).map(drop)
         }),
         Parser::numeric("cgroup_pressure", |t| {
-            parse_fresh(t, pressure::parse_into).map(drop)
+            parse_fresh(t, psi::parse_into).map(drop)
         }),
     ],
 };
@@ -1170,7 +1170,7 @@ impl Parsers<'_> {
                 v.g[G::PidsLimit as usize] = self.value.number();
             }
             File::CpuPressure | File::MemoryPressure | File::IoPressure => {
-                pressure::parse_into(text, self.psi)?;
+                psi::parse_into(text, self.psi)?;
                 let (some, full, full_required) = match file {
                     File::CpuPressure => (C::CpuSome, C::CpuFull, false),
                     File::MemoryPressure => (C::MemorySome, C::MemoryFull, true),

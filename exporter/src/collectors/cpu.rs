@@ -24,7 +24,7 @@
 //!
 //! /proc/stat is also read by the `stat` collector (interrupts, context
 //! switches, forks, boot time, procs), as node_exporter's two collectors
-//! each read it; [`super::stat::parse_into`] parses it for both.
+//! each read it; [`super::proc_stat::parse_into`] parses it for both.
 //!
 //! Differences from node_exporter: `node_cpu_frequency_hertz` comes with
 //! `--collector.cpu.info` alone (node_exporter also wants its cpufreq
@@ -38,11 +38,13 @@
 use std::path::Path;
 
 use crate::collector::Collector;
-use crate::collectors::stat::{self, Stat};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{MAX_CPU_ID, fields, lines, parse_fresh, recycle, u64_sysctl_into};
+use crate::kernel::proc_stat::{self, Stat};
+use crate::parse::{
+    MAX_CPU_ID, fields, lines, parse_cpu_range_into, parse_fresh, recycle, u64_sysctl_into,
+};
 use crate::source::{Dir, Read, SourceFile};
 
 pub const GUEST: &str = "collector.cpu.guest";
@@ -93,7 +95,10 @@ pub const SPEC: Spec = Spec {
             "devices/system/cpu/cpu0/topology/physical_package_id",
             "cpu_sysfs_number",
         ),
-        Source::sys("devices/system/cpu/cpu0/topology/core_id", "cpu_sysfs_number"),
+        Source::sys(
+            "devices/system/cpu/cpu0/topology/core_id",
+            "cpu_sysfs_number",
+        ),
         Source::sys(
             "devices/system/cpu/cpu0/thermal_throttle/core_throttle_count",
             "cpu_sysfs_number",
@@ -107,20 +112,20 @@ pub const SPEC: Spec = Spec {
     parsers: &[
         Parser::numeric("cpu_stat", check_stat),
         Parser::text("cpuinfo", check_cpuinfo),
-        Parser::numeric("cpu_range", |t| {
-            parse_cpu_range_into(t, &mut Vec::new())
-        }),
+        Parser::numeric("cpu_range", |t| parse_cpu_range_into(t, &mut Vec::new())),
         Parser::numeric("cpu_sysfs_number", |t| {
             parse_fresh(t, u64_sysctl_into).map(drop)
         }),
-        Parser::numeric("cpu_online", |t| parse_fresh(t, parse_online_into).map(drop)),
+        Parser::numeric("cpu_online", |t| {
+            parse_fresh(t, parse_online_into).map(drop)
+        }),
     ],
 };
 
 /// The registry's entry point for /proc/stat: parses, then runs the clamp
 /// the collector runs, each CPU against itself and against the first.
 fn check_stat(text: &str) -> Result<(), ParseError> {
-    let parsed = parse_fresh(text, stat::parse_into)?;
+    let parsed = parse_fresh(text, proc_stat::parse_into)?;
     let first = parsed.cpus.first().map(|(_, t)| *t);
     for (_, ticks) in &parsed.cpus {
         std::hint::black_box(clamp(Some(ticks), ticks));
@@ -177,7 +182,10 @@ const CORE_THROTTLES: Desc = Desc::counter(
     "node_cpu_core_throttles_total",
     "Number of times this CPU core has been throttled.",
 );
-const ONLINE: Desc = Desc::gauge("node_cpu_online", "CPUs that are online and being scheduled.");
+const ONLINE: Desc = Desc::gauge(
+    "node_cpu_online",
+    "CPUs that are online and being scheduled.",
+);
 
 /// Clock ticks per second of the `cpu` lines. node_exporter (through
 /// procfs) assumes 100, which is the kernel's fixed USER_HZ on every
@@ -201,11 +209,11 @@ const GUEST_NICE_COL: usize = 9;
 /// If idle fell by [`JUMP_BACK_TICKS`] or more, the CPU is taken as
 /// replugged and starts from `new`; otherwise every column is the larger of
 /// old and new, so no emitted counter ever decreases.
-pub fn clamp(prev: Option<&stat::CpuTicks>, new: &stat::CpuTicks) -> stat::CpuTicks {
+pub fn clamp(prev: Option<&proc_stat::CpuTicks>, new: &proc_stat::CpuTicks) -> proc_stat::CpuTicks {
     let mut out = prev.copied().unwrap_or_default();
     let jumped = out[IDLE].saturating_sub(new[IDLE]) >= JUMP_BACK_TICKS;
     if jumped {
-        out = stat::CpuTicks::default();
+        out = proc_stat::CpuTicks::default();
     }
     for (o, &n) in out.iter_mut().zip(new) {
         *o = (*o).max(n);
@@ -255,10 +263,7 @@ fn go_uint32(s: &str) -> Option<u32> {
 
 fn uint_field(v: &str, n: usize, key: &str) -> Result<u32, ParseError> {
     go_uint32(v).ok_or_else(|| {
-        ParseError::new(
-            n,
-            format!("{key}: invalid unsigned integer {}", excerpt(v)),
-        )
+        ParseError::new(n, format!("{key}: invalid unsigned integer {}", excerpt(v)))
     })
 }
 
@@ -285,7 +290,10 @@ pub fn parse_cpuinfo_into<'t>(s: &'t str, out: &mut Vec<CpuInfo<'t>>) -> Result<
             if !line.starts_with("processor") || !line.contains(':') {
                 return Err(ParseError::new(
                     n,
-                    format!("expected the first line to be `processor : N`, got {}", excerpt(line)),
+                    format!(
+                        "expected the first line to be `processor : N`, got {}",
+                        excerpt(line)
+                    ),
                 ));
             }
             let (_, v) = line.split_once(": ").ok_or_else(|| {
@@ -342,36 +350,6 @@ pub fn parse_cpuinfo_into<'t>(s: &'t str, out: &mut Vec<CpuInfo<'t>>) -> Result<
     Ok(())
 }
 
-/// devices/system/cpu/isolated: `2-5,7\n`, or empty. Sorted and without
-/// duplicates in `out`; ids above [`MAX_CPU_ID`] are an error.
-pub fn parse_cpu_range_into(s: &str, out: &mut Vec<u32>) -> Result<(), ParseError> {
-    out.clear();
-    let text = s.strip_suffix('\n').unwrap_or(s);
-    if text.contains('\n') {
-        return Err(ParseError::new(2, "expected a single line"));
-    }
-    let id = |t: &str| -> Result<u32, ParseError> {
-        match t.parse::<u64>() {
-            Ok(v) if v <= MAX_CPU_ID && !t.starts_with('+') => Ok(v as u32),
-            _ => Err(ParseError::new(1, format!("invalid cpu id {}", excerpt(t)))),
-        }
-    };
-    for part in text.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (id(a)?, id(b)?);
-                if a <= b {
-                    out.extend(a..=b);
-                }
-            }
-            None => out.push(id(part)?),
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    Ok(())
-}
-
 /// cpuN/online: `1` or `0`.
 pub fn parse_online_into(s: &str, out: &mut bool) -> Result<(), ParseError> {
     let mut v = 0;
@@ -391,7 +369,7 @@ struct Last {
     /// from the previous scrape went offline and starts afresh, as
     /// node_exporter drops offline CPUs from its cache.
     seen: u64,
-    ticks: stat::CpuTicks,
+    ticks: proc_stat::CpuTicks,
 }
 
 /// One `devices/system/cpu/cpuN` directory's attributes, reopened at each
@@ -464,7 +442,7 @@ pub struct CpuCollector {
     sysfs: std::path::PathBuf,
     /// `sysfs` is a real sysfs mount (cheaper attribute reads).
     on_sysfs: bool,
-    stat: stat::Shared,
+    stat: proc_stat::Shared,
     parsed: Stat,
     /// Indexed by CPU id; reused across scrapes.
     last: Vec<Last>,
@@ -505,7 +483,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         flags_include,
         bugs_include,
         sysfs: s.sysfs.clone(),
-        on_sysfs: crate::source::is_sysfs(&s.sysfs),
+        on_sysfs: crate::kernel::fs_kind::is_sysfs(&s.sysfs),
         stat: s.shared_stat(),
         parsed: Stat::default(),
         last: Vec::new(),
@@ -531,7 +509,11 @@ fn cpu_dir_id(name: &str) -> Option<u32> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse::<u64>().ok().filter(|&v| v <= MAX_CPU_ID).map(|v| v as u32)
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|&v| v <= MAX_CPU_ID)
+        .map(|v| v as u32)
 }
 
 impl CpuCollector {
@@ -667,7 +649,7 @@ impl Collector for CpuCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         // Everything is read and parsed before the clamp state changes or
         // anything is written.
-        let have_stat = match stat::lock(&self.stat).get(enc.scrape())? {
+        let have_stat = match proc_stat::lock(&self.stat).get(enc.scrape())? {
             Some(s) => {
                 self.parsed.clone_from(s);
                 true
@@ -726,7 +708,7 @@ impl CpuCollector {
         enc.family(&CPU_SECONDS);
         for (id, ticks) in &self.parsed.cpus {
             let cpu = u64_label(u64::from(*id), &mut b);
-            for (mode, &t) in stat::COLUMNS.iter().zip(ticks).take(MODES) {
+            for (mode, &t) in proc_stat::COLUMNS.iter().zip(ticks).take(MODES) {
                 enc.sample(&CPU_SECONDS, &[("cpu", cpu), ("mode", mode)], seconds(t));
             }
         }
@@ -748,7 +730,11 @@ impl CpuCollector {
         if !self.isolated.is_empty() {
             enc.family(&ISOLATED);
             for &id in &self.isolated {
-                enc.sample(&ISOLATED, &[("cpu", u64_label(u64::from(id), &mut b))], 1u64);
+                enc.sample(
+                    &ISOLATED,
+                    &[("cpu", u64_label(u64::from(id), &mut b))],
+                    1u64,
+                );
             }
         }
         if !self.package_throttles.is_empty() {
@@ -762,7 +748,10 @@ impl CpuCollector {
             for &(p, c, n) in &self.core_throttles {
                 enc.sample(
                     &CORE_THROTTLES,
-                    &[("core", u64_label(c, &mut b2)), ("package", u64_label(p, &mut b))],
+                    &[
+                        ("core", u64_label(c, &mut b2)),
+                        ("package", u64_label(p, &mut b)),
+                    ],
                     n,
                 );
             }
@@ -814,7 +803,11 @@ fn encode_info(
         let cpu = u64_label(u64::from(r.processor), &mut b);
         enc.sample(
             &FREQUENCY,
-            &[("core", r.core_id), ("cpu", cpu), ("package", r.physical_id)],
+            &[
+                ("core", r.core_id),
+                ("cpu", cpu),
+                ("package", r.physical_id),
+            ],
             r.mhz * 1e6,
         );
     }
@@ -854,7 +847,7 @@ mod tests {
 
     #[test]
     fn clamp_keeps_small_backward_steps_and_resets_on_hotplug() {
-        let old: stat::CpuTicks = [100, 0, 50, 10_000, 40, 0, 5, 0, 0, 0];
+        let old: proc_stat::CpuTicks = [100, 0, 50, 10_000, 40, 0, 5, 0, 0, 0];
         let mut dip = old;
         dip[IDLE] = 9_999;
         dip[4] = 39;
@@ -1010,14 +1003,19 @@ mod tests {
         );
         s.set(INFO, Some(FlagValue::Bool(info)));
         for (flag, v) in [(FLAGS_INCLUDE, flags), (BUGS_INCLUDE, bugs)] {
-            s.set(flag, v.map(|v| FlagValue::parse(FlagKind::Regex, v).unwrap()));
+            s.set(
+                flag,
+                v.map(|v| FlagValue::parse(FlagKind::Regex, v).unwrap()),
+            );
         }
         s
     }
 
     fn lines_of<'a>(out: &'a str, family: &str) -> Vec<&'a str> {
         out.lines()
-            .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
+            .filter(|l| {
+                l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} "))
+            })
             .collect()
     }
 
@@ -1045,12 +1043,13 @@ mod tests {
         assert_eq!(rows[0].model_name, "AMD EPYC");
         assert_eq!(rows[0].cache_size, "1024 KB");
         assert!(fields(rows[0].bugs).any(|b| b == "srso"));
-        let text =
-            std::fs::read_to_string(fixture("two-socket").join("proc/cpuinfo")).unwrap();
+        let text = std::fs::read_to_string(fixture("two-socket").join("proc/cpuinfo")).unwrap();
         parse_cpuinfo_into(&text, &mut rows).unwrap();
         assert_eq!(rows.len(), 7);
         assert_eq!(
-            rows.iter().map(|r| (r.physical_id, r.core_id)).collect::<Vec<_>>()[..4],
+            rows.iter()
+                .map(|r| (r.physical_id, r.core_id))
+                .collect::<Vec<_>>()[..4],
             [("0", "0"), ("1", "0"), ("0", "4"), ("1", "4")]
         );
         assert_eq!(rows[1].mhz, 3900.012);
@@ -1064,32 +1063,26 @@ mod tests {
         };
         assert_eq!(parse("\n\nprocessor\t: 0\nvendor_id\t: X\n").unwrap(), 1);
         assert!(parse("").unwrap_err().msg.contains("processor"));
-        assert_eq!(parse("vendor_id\t: X\nprocessor\t: 0\n").unwrap_err().line, 1);
+        assert_eq!(
+            parse("vendor_id\t: X\nprocessor\t: 0\n").unwrap_err().line,
+            1
+        );
         assert!(parse("processor:0\n").unwrap_err().msg.contains("no value"));
         let e = parse("processor\t: 0\ncpu MHz\t\t: fast\n").unwrap_err();
         assert_eq!(e.line, 2);
         assert!(e.msg.contains("cpu MHz"), "{}", e.msg);
-        assert!(parse("processor\t: 0\nsiblings\t: -2\n").unwrap_err().msg.contains("siblings"));
+        assert!(
+            parse("processor\t: 0\nsiblings\t: -2\n")
+                .unwrap_err()
+                .msg
+                .contains("siblings")
+        );
         assert!(parse("processor\t: 0\nprocessor\t: x\n").is_err());
         // Lines without ": " and unknown keys are skipped, as procfs does.
-        assert_eq!(parse("processor\t: 0\npower management:\nTLB size\t: 3\n").unwrap(), 1);
-    }
-
-    #[test]
-    fn cpu_ranges() {
-        let parse = |s: &str| {
-            let mut v = Vec::new();
-            parse_cpu_range_into(s, &mut v).map(|()| v)
-        };
-        assert_eq!(parse("\n").unwrap(), Vec::<u32>::new());
-        assert_eq!(parse("").unwrap(), Vec::<u32>::new());
-        assert_eq!(parse("2-3,6\n").unwrap(), [2, 3, 6]);
-        assert_eq!(parse("6,2-3,3").unwrap(), [2, 3, 6]);
-        assert_eq!(parse("5-4").unwrap(), Vec::<u32>::new());
-        assert!(parse("1-2-3").is_err());
-        assert!(parse("x").is_err());
-        assert!(parse("0-65536").is_err());
-        assert!(parse("1\n2\n").is_err());
+        assert_eq!(
+            parse("processor\t: 0\npower management:\nTLB size\t: 3\n").unwrap(),
+            1
+        );
     }
 
     #[test]
@@ -1103,12 +1096,25 @@ mod tests {
 
     #[test]
     fn two_socket_host_with_info() {
-        let out = render(build(&two_socket(true, Some("^(avx512f|vmx|ht)$"), Some("^spectre"))).as_mut()).unwrap();
+        let out = render(
+            build(&two_socket(
+                true,
+                Some("^(avx512f|vmx|ht)$"),
+                Some("^spectre"),
+            ))
+            .as_mut(),
+        )
+        .unwrap();
         assert_eq!(lines_of(&out, "node_cpu_info").len(), 7);
         assert!(out.contains(
             "node_cpu_info{cachesize=\"28160 KB\",core=\"4\",cpu=\"3\",family=\"6\",microcode=\"0x5003604\",model=\"85\",model_name=\"Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz\",package=\"1\",stepping=\"7\",vendor=\"GenuineIntel\"} 1\n"
         ), "{out}");
-        assert!(out.contains("node_cpu_frequency_hertz{core=\"0\",cpu=\"1\",package=\"1\"} 3900012000\n"), "{out}");
+        assert!(
+            out.contains(
+                "node_cpu_frequency_hertz{core=\"0\",cpu=\"1\",package=\"1\"} 3900012000\n"
+            ),
+            "{out}"
+        );
         assert_eq!(
             lines_of(&out, "node_cpu_flag_info"),
             [
@@ -1119,7 +1125,10 @@ mod tests {
         );
         assert_eq!(
             lines_of(&out, "node_cpu_bug_info"),
-            ["node_cpu_bug_info{bug=\"spectre_v1\"} 1", "node_cpu_bug_info{bug=\"spectre_v2\"} 1"]
+            [
+                "node_cpu_bug_info{bug=\"spectre_v1\"} 1",
+                "node_cpu_bug_info{bug=\"spectre_v2\"} 1"
+            ]
         );
         assert_eq!(lines_of(&out, "node_cpu_seconds_total").len(), 7 * 8);
         assert!(out.contains("node_cpu_guest_seconds_total{cpu=\"6\",mode=\"user\"} 10.6\n"));
@@ -1225,10 +1234,13 @@ mod tests {
         std::fs::remove_dir_all(cpu0.join("topology")).unwrap();
         let seen = (0..THROTTLE_RECHECK_SCRAPES + 1)
             .map(|_| render(c.as_mut()).unwrap())
-            .position(|out| out.contains("node_cpu_core_throttles_total{core=\"0\",package=\"0\"} 9"));
+            .position(|out| {
+                out.contains("node_cpu_core_throttles_total{core=\"0\",package=\"0\"} 9")
+            });
         assert_eq!(seen, Some(THROTTLE_RECHECK_SCRAPES as usize - 1));
         // A new collector (a CPU seen afresh) needs its topology.
-        let out = render(build(&Settings::with_roots("/nonexistent", dir.path())).as_mut()).unwrap();
+        let out =
+            render(build(&Settings::with_roots("/nonexistent", dir.path())).as_mut()).unwrap();
         assert!(!out.contains("throttles"), "{out}");
     }
 }

@@ -37,13 +37,13 @@ use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::cpu::parse_cpu_range_into;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
-use crate::source::{DirListing, Read, SourceFile, Vanished};
 use crate::exposition::{Encoder, MetricType};
+use crate::parse::parse_cpu_range_into;
 use crate::parse::{parse_fresh, single_field};
+use crate::source::{DirListing, Read, SourceFile, Vanished};
 
 pub const SPEC: Spec = Spec {
     name: "cpufreq",
@@ -168,7 +168,10 @@ pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
         .ok()
         .filter(|_| !tok.starts_with('+'))
         .ok_or_else(|| {
-            ParseError::new(1, format!("frequency: not an unsigned integer: {}", excerpt(tok)))
+            ParseError::new(
+                1,
+                format!("frequency: not an unsigned integer: {}", excerpt(tok)),
+            )
         })?;
     Ok(())
 }
@@ -350,7 +353,15 @@ mod tests {
     fn integers() {
         assert_eq!(parse_fresh("1800000\n", parse_into).unwrap(), 1_800_000);
         assert_eq!(parse_fresh(" 0 \n", parse_into).unwrap(), 0);
-        for bad in ["", "\n", "1 2\n", "-1\n", "+1\n", "1.5\n", "18446744073709551616\n"] {
+        for bad in [
+            "",
+            "\n",
+            "1 2\n",
+            "-1\n",
+            "+1\n",
+            "1.5\n",
+            "18446744073709551616\n",
+        ] {
             let e = parse_fresh(bad, parse_into).unwrap_err();
             assert_eq!(e.line, 1, "{bad:?}: {e}");
         }
@@ -406,16 +417,20 @@ node_cpu_scaling_governor{cpu=\"1\",governor=\"powersave\"} 1
     #[test]
     fn cpu_collectors_frequency_wins() {
         let s = Settings::with_roots("/nonexistent", fixture("sys"));
-        let mut buf = b"# HELP node_cpu_frequency_hertz CPU frequency in hertz from /proc/cpuinfo.\n\
+        let mut buf =
+            b"# HELP node_cpu_frequency_hertz CPU frequency in hertz from /proc/cpuinfo.\n\
                         # TYPE node_cpu_frequency_hertz gauge\n"
-            .to_vec();
+                .to_vec();
         let before = buf.len();
         build(&s)
             .collect(&mut Encoder::new(&mut buf, Format::PrometheusText))
             .unwrap();
         let out = String::from_utf8(buf[before..].to_vec()).unwrap();
         assert!(!out.contains("node_cpu_frequency_hertz"), "{out}");
-        assert!(out.contains("node_cpu_frequency_max_hertz{cpu=\"0\"}"), "{out}");
+        assert!(
+            out.contains("node_cpu_frequency_max_hertz{cpu=\"0\"}"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -434,10 +449,16 @@ node_cpu_scaling_governor{cpu=\"1\",governor=\"powersave\"} 1
         std::fs::write(cpu.join("offline"), "1\n").unwrap();
         let s = Settings::with_roots("/nonexistent", dir.path());
         let out = render(build(&s).as_mut()).unwrap();
-        assert!(out.contains("node_cpu_scaling_frequency_hertz{cpu=\"0\"} 1000000\n"), "{out}");
+        assert!(
+            out.contains("node_cpu_scaling_frequency_hertz{cpu=\"0\"} 1000000\n"),
+            "{out}"
+        );
         assert!(!out.contains("cpu=\"1\""), "{out}");
         // available "x", current "x": one series.
-        assert!(out.contains("node_cpu_scaling_governor{cpu=\"0\",governor=\"x\"} 1\n"), "{out}");
+        assert!(
+            out.contains("node_cpu_scaling_governor{cpu=\"0\",governor=\"x\"} 1\n"),
+            "{out}"
+        );
         // A bad value fails, naming the file.
         std::fs::write(cpu.join("cpu0/cpufreq/scaling_cur_freq"), "fast\n").unwrap();
         let e = render(build(&s).as_mut()).unwrap_err();
@@ -460,8 +481,14 @@ node_cpu_scaling_governor{cpu=\"1\",governor=\"powersave\"} 1
     /// is missing from a CPU that is there still fails.
     #[test]
     fn a_cpu_that_went_away_is_left_out() {
-        let ebusy = freq_error(Path::new("x"), std::io::Error::from_raw_os_error(libc::EBUSY));
-        assert!(matches!(ebusy, DeviceError::Vanishing(_, Vanished::NoDevice)));
+        let ebusy = freq_error(
+            Path::new("x"),
+            std::io::Error::from_raw_os_error(libc::EBUSY),
+        );
+        assert!(matches!(
+            ebusy,
+            DeviceError::Vanishing(_, Vanished::NoDevice)
+        ));
         let dir = tempfile::tempdir().unwrap();
         let freq = dir.path().join("cpu1/cpufreq");
         let enc_buf = &mut Vec::new();
@@ -473,6 +500,9 @@ node_cpu_scaling_governor{cpu=\"1\",governor=\"powersave\"} 1
         std::fs::create_dir_all(&freq).unwrap();
         let read = read_cpu(&mut families, &freq, "1", &mut None, &enc);
         let e = settle(&mut families, 0, &freq, read).unwrap_err();
-        assert!(e.file.ends_with("cpufreq/scaling_available_governors"), "{e}");
+        assert!(
+            e.file.ends_with("cpufreq/scaling_available_governors"),
+            "{e}"
+        );
     }
 }

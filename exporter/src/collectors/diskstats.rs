@@ -392,7 +392,7 @@ impl Info {
         if !get("ID_ATA").is_empty() {
             for (i, (key, _)) in ATA.iter().enumerate() {
                 if let Some((_, v)) = props.iter().find(|(k, _)| k == key)
-                    && let Some(n) = crate::collectors::textfile::go_parse_float(v)
+                    && let Some(n) = crate::kernel::go_compat::go_parse_float(v)
                 {
                     ata.push((i, n));
                 }

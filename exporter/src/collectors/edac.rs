@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{DeviceError, Families, io_error, settle};
-use crate::collectors::textfile::glob;
+use crate::collectors::sysfs::{DeviceError, Families, read_attribute, read_parsed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
+use crate::kernel::go_compat::glob;
 use crate::parse::{parse_fresh, single_field, u64_field};
 
 pub const SPEC: Spec = Spec {
@@ -30,7 +30,10 @@ pub const SPEC: Spec = Spec {
     build,
     sources: &[
         Source::sys("devices/system/edac/mc/mc0/ce_count", "edac_count"),
-        Source::sys("devices/system/edac/mc/mc0/csrow0/ch0_ce_count", "edac_count"),
+        Source::sys(
+            "devices/system/edac/mc/mc0/csrow0/ch0_ce_count",
+            "edac_count",
+        ),
     ],
     parsers: &[Parser::numeric("edac_count", |t| {
         parse_fresh(t, parse_into).map(drop)
@@ -71,15 +74,12 @@ pub fn parse_into(text: &str, out: &mut u64) -> Result<(), ParseError> {
 }
 
 fn count(path: &Path) -> Result<u64, DeviceError> {
-    let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
-    let mut v = 0;
-    parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
-    Ok(v)
+    read_parsed(path, parse_into)
 }
 
 /// node_exporter's `edacDimmLabel`.
 fn dimm_label(csrow: &Path, channel: &str) -> String {
-    match std::fs::read_to_string(csrow.join(format!("ch{channel}_dimm_label"))) {
+    match read_attribute(&csrow.join(format!("ch{channel}_dimm_label"))) {
         Ok(l) => l
             .trim()
             .replace('#', "")
@@ -235,7 +235,10 @@ mod tests {
         gone_device(&mc, "mc9");
         let s = Settings::with_roots("/nonexistent", dir.path());
         let out = render(build(&s).as_mut()).unwrap();
-        assert!(out.contains("node_edac_correctable_errors_total{controller=\"0\"} 2\n"), "{out}");
+        assert!(
+            out.contains("node_edac_correctable_errors_total{controller=\"0\"} 2\n"),
+            "{out}"
+        );
         assert!(!out.contains("controller=\"9\""), "{out}");
         std::fs::remove_file(mc.join("mc0/ce_count")).unwrap();
         let e = render(build(&s).as_mut()).unwrap_err();

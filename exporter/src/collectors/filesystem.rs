@@ -35,11 +35,12 @@ use regex::Regex;
 
 use crate::absence::Epoch;
 use crate::collector::Collector;
-use crate::collectors::mount_changes::{MountChanges, Table};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
+use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder, Value};
-use crate::parse::{lines, recycle, u64_field};
+use crate::kernel::mount_changes::{MountChanges, Table};
+use crate::kernel::mountinfo::{Mount, has_option, parse_into, unescape};
+use crate::parse::recycle;
 use crate::source::{Read, SourceFile};
 use crate::statfs_pool::{Outcome, StatfsPool, Stats};
 
@@ -51,7 +52,8 @@ pub const MOUNT_TIMEOUT: &str = "collector.filesystem.mount-timeout";
 pub const STAT_WORKERS: &str = "collector.filesystem.stat-workers";
 
 /// node_exporter 1.12's `defMountPointsExcluded` (Linux).
-pub const DEFAULT_MOUNT_POINTS_EXCLUDE: &str = "^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)";
+pub const DEFAULT_MOUNT_POINTS_EXCLUDE: &str =
+    "^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)";
 /// node_exporter 1.12's `defFSTypesExcluded` (Linux).
 pub const DEFAULT_FS_TYPES_EXCLUDE: &str = "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|erofs|sysfs|tracefs)$";
 
@@ -146,130 +148,10 @@ const PURGEABLE: Desc = Desc::gauge(
 const READONLY: Desc = Desc::gauge("node_filesystem_readonly", "Filesystem read-only status.");
 const SIZE: Desc = Desc::gauge("node_filesystem_size_bytes", "Filesystem size in bytes.");
 
-/// One line of mountinfo (proc(5)), fields borrowed from the text:
-/// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mount<'t> {
-    pub mount_id: u64,
-    pub parent_id: u64,
-    pub major: u64,
-    pub minor: u64,
-    /// The directory of the filesystem mounted here (not `/` for a bind
-    /// mount of a subdirectory).
-    pub root: &'t str,
-    /// As the kernel writes it: space, tab, newline and backslash escaped
-    /// as `\040`, `\011`, `\012`, `\134`.
-    pub mount_point: &'t str,
-    pub options: &'t str,
-    pub fs_type: &'t str,
-    /// The device (`/dev/vda1`), or what the filesystem puts there
-    /// (`tmpfs`, `server:/export`); escaped like the mount point.
-    pub source: &'t str,
-    pub super_options: &'t str,
-}
-
-/// Parses mountinfo into `out`, one [`Mount`] per line. As procfs (Go)
-/// reads it: fields are separated by single spaces (an empty source makes
-/// an empty field), a line has at least ten, and the fourth from the end is
-/// the `-` that ends the optional fields. The mount IDs and
-/// `major:minor` must be decimal numbers. An empty file is valid (no
-/// mounts); an empty line is not.
-pub fn parse_into<'t>(text: &'t str, out: &mut Vec<Mount<'t>>) -> Result<(), ParseError> {
-    out.clear();
-    for (i, line) in lines(text).enumerate() {
-        out.push(parse_line(line, i + 1)?);
-    }
-    Ok(())
-}
-
-fn parse_line(line: &str, n: usize) -> Result<Mount<'_>, ParseError> {
-    // The first six fields and a ring of the last four.
-    let mut head = [""; 6];
-    let mut tail = [""; 4];
-    let mut count = 0;
-    for (i, f) in line.split(' ').enumerate() {
-        if let Some(h) = head.get_mut(i) {
-            *h = f;
-        }
-        tail[i % 4] = f;
-        count = i + 1;
-    }
-    if count < 10 {
-        return Err(ParseError::new(
-            n,
-            format!("{count} fields; a mountinfo line has at least 10"),
-        ));
-    }
-    let from_end = |k: usize| tail[(count - k) % 4];
-    if from_end(4) != "-" {
-        return Err(ParseError::new(
-            n,
-            format!(
-                "separator: expected \"-\" as the 4th field from the end, got {}",
-                excerpt(from_end(4))
-            ),
-        ));
-    }
-    let (major, minor) = head[2].split_once(':').ok_or_else(|| {
-        ParseError::new(
-            n,
-            format!("major:minor: expected N:M, got {}", excerpt(head[2])),
-        )
-    })?;
-    Ok(Mount {
-        mount_id: u64_field(head[0], n, "mount ID")?,
-        parent_id: u64_field(head[1], n, "parent ID")?,
-        major: u64_field(major, n, "major")?,
-        minor: u64_field(minor, n, "minor")?,
-        root: head[3],
-        mount_point: head[4],
-        options: head[5],
-        fs_type: from_end(3),
-        source: from_end(2),
-        super_options: from_end(1),
-    })
-}
-
 /// The mount point as node_exporter labels it: only `\040` and `\011` are
 /// turned back into a space and a tab (fstab(5)'s escapes), in that order.
 pub fn label_mount_point(raw: &str) -> String {
     raw.replace("\\040", " ").replace("\\011", "\t")
-}
-
-/// The mount point as a path: every `\ooo` escape the kernel writes
-/// (space, tab, newline, backslash) turned back into its byte.
-pub fn unescape(raw: &str) -> Vec<u8> {
-    let b = raw.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && let Some(&[d1, d2, d3]) = b.get(i + 1..i + 4)
-            && [d1, d2, d3].iter().all(|d| (b'0'..=b'7').contains(d))
-            && d1 <= b'3'
-        {
-            out.push((d1 - b'0') * 64 + (d2 - b'0') * 8 + (d3 - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
-/// Whether option `name` is set bare (`ro`, not `ro=x`) in a
-/// comma-separated option list. Like node_exporter, which puts the options
-/// in a map, the last `name` or `name=...` decides; `name=` counts as bare.
-pub fn has_option(options: &str, name: &str) -> bool {
-    let mut set = false;
-    for opt in options.split(',') {
-        let mut kv = opt.split('=');
-        if kv.next() == Some(name) {
-            set = kv.next().unwrap_or("").is_empty();
-        }
-    }
-    set
 }
 
 /// `--path.rootfs`, as node_exporter uses it.
@@ -442,9 +324,7 @@ pub struct FilesystemCollector {
 }
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
-    let timeout = s
-        .duration(MOUNT_TIMEOUT)
-        .unwrap_or(Duration::from_secs(5));
+    let timeout = s.duration(MOUNT_TIMEOUT).unwrap_or(Duration::from_secs(5));
     // node_exporter uses max(stat-workers, 1).
     let workers = s.integer(STAT_WORKERS).unwrap_or(4).clamp(1, 1024) as usize;
     Box::new(FilesystemCollector {
@@ -481,7 +361,12 @@ fn entries_of(
     // forgets which mounts answered.
     let mut before: std::collections::HashMap<(String, String, String), Entry> = entries
         .drain(..)
-        .map(|e| ((e.device.clone(), e.mount_point.clone(), e.fs_type.clone()), e))
+        .map(|e| {
+            (
+                (e.device.clone(), e.mount_point.clone(), e.fs_type.clone()),
+                e,
+            )
+        })
         .collect();
     paths.clear();
     let mut seen = HashSet::new();
@@ -508,7 +393,11 @@ fn entries_of(
             Err(_) => (CString::default(), true),
         };
         paths.push(Arc::from(path));
-        let old = before.remove(&(m.source.to_string(), mount_point.clone(), m.fs_type.to_string()));
+        let old = before.remove(&(
+            m.source.to_string(),
+            mount_point.clone(),
+            m.fs_type.to_string(),
+        ));
         entries.push(Entry {
             device: m.source.to_string(),
             mount_point,
@@ -692,10 +581,7 @@ impl FilesystemCollector {
                 Read::Absent => {
                     return Err(CollectError::other(
                         self.primary.path(),
-                        format!(
-                            "absent, and so is {}",
-                            self.fallback.path().display()
-                        ),
+                        format!("absent, and so is {}", self.fallback.path().display()),
                     ));
                 }
             },
@@ -720,7 +606,11 @@ impl FilesystemCollector {
                 // Built again from the next good text, whatever it is.
                 self.built_from.clear();
                 self.entries.clear();
-                let file = if primary { &self.primary } else { &self.fallback };
+                let file = if primary {
+                    &self.primary
+                } else {
+                    &self.fallback
+                };
                 return Err(file.parse_error(e));
             }
         }
@@ -749,7 +639,9 @@ pub fn errno_text(errno: i32) -> String {
         .unwrap_or(&full);
     let mut chars = msg.chars();
     match (chars.next(), chars.next()) {
-        (Some(first), Some(second)) if first.is_ascii_uppercase() && !second.is_ascii_uppercase() => {
+        (Some(first), Some(second))
+            if first.is_ascii_uppercase() && !second.is_ascii_uppercase() =>
+        {
             let mut out = String::with_capacity(msg.len());
             out.push(first.to_ascii_lowercase());
             out.push_str(&msg[1..]);
@@ -767,82 +659,12 @@ mod tests {
     use crate::collectors::FlagValue;
     use crate::collectors::test_support::{fixture, render};
 
-    const FIXTURE: &str = include_str!("../../tests/fixtures/proc/1/mountinfo");
-
-    fn parse(text: &str) -> Result<Vec<Mount<'_>>, ParseError> {
-        let mut out = Vec::new();
-        parse_into(text, &mut out).map(|()| out)
-    }
-
-    #[test]
-    fn parses_the_captured_table() {
-        let mounts = parse(FIXTURE).unwrap();
-        assert_eq!(mounts.len(), FIXTURE.lines().count());
-        let root = mounts.iter().find(|m| m.mount_point == "/").unwrap();
-        assert_eq!((root.major, root.minor), (254, 0));
-        assert_eq!((root.fs_type, root.source), ("ext4", "/dev/vda"));
-        assert_eq!(root.options, "rw,relatime");
-        assert!(root.super_options.starts_with("rw,"));
-        // A bind mount of a subdirectory: same device, its own root.
-        let netns = mounts.iter().find(|m| m.mount_point == "/run/netns").unwrap();
-        assert_eq!((netns.root, netns.source), ("/run/netns", "/dev/vda"));
-    }
-
-    #[test]
-    fn optional_fields_empty_source_and_escapes() {
-        let m = parse(
-            "36 35 98:0 /mnt1 /mnt\\0402 rw,noatime master:1 shared:7 propagate_from:3 - ext3 /dev/root rw,errors=continue\n\
-             40 1 0:50 / /srv/x rw - tmpfs  rw,size=4k\n",
-        )
-        .unwrap();
-        assert_eq!(
-            m[0],
-            Mount {
-                mount_id: 36,
-                parent_id: 35,
-                major: 98,
-                minor: 0,
-                root: "/mnt1",
-                mount_point: "/mnt\\0402",
-                options: "rw,noatime",
-                fs_type: "ext3",
-                source: "/dev/root",
-                super_options: "rw,errors=continue",
-            }
-        );
-        // `mount -t tmpfs "" /srv/x`: the source is an empty field.
-        assert_eq!((m[1].fs_type, m[1].source), ("tmpfs", ""));
-        assert_eq!(parse("").unwrap(), []);
-    }
-
-    #[test]
-    fn malformed_lines_name_line_and_field() {
-        let ok = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n";
-        let err = |s: &str| parse(s).unwrap_err();
-        let e = err(&format!("{ok}1 0 8:1 / / rw ext4 /dev/sda1 rw\n"));
-        assert_eq!(e.line, 2);
-        assert!(e.msg.contains("9 fields"), "{e}");
-        let e = err("1 0 8:1 / / rw x - ext4 /dev/sda1 rw extra\n");
-        assert!(e.msg.contains("separator"), "{e}");
-        let e = err("x 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
-        assert!(e.msg.contains("mount ID"), "{e}");
-        let e = err("18446744073709551616 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
-        assert!(e.msg.contains("mount ID"), "{e}");
-        let e = err("1 0 8-1 / / rw - ext4 /dev/sda1 rw\n");
-        assert!(e.msg.contains("major:minor"), "{e}");
-        let e = err("1 0 8:x / / rw - ext4 /dev/sda1 rw\n");
-        assert!(e.msg.contains("minor"), "{e}");
-        // An empty line is not a mount (procfs fails on it too).
-        assert_eq!(err(&format!("{ok}\n{ok}")).line, 2);
-        // Two spaces make an empty field, as in procfs: here empty mount
-        // options and an optional field "rw".
-        let m = parse("1 0 8:1 / /  rw - ext4 /dev/sda1 rw\n").unwrap();
-        assert_eq!((m[0].options, m[0].fs_type), ("", "ext4"));
-    }
-
     #[test]
     fn labels_paths_and_options() {
-        assert_eq!(label_mount_point("/a\\040b\\011c\\134d\\012e"), "/a b\tc\\134d\\012e");
+        assert_eq!(
+            label_mount_point("/a\\040b\\011c\\134d\\012e"),
+            "/a b\tc\\134d\\012e"
+        );
         assert_eq!(unescape("/a\\040b\\011c\\134d\\012e"), b"/a b\tc\\d\ne");
         assert_eq!(unescape("/a\\04"), b"/a\\04");
         assert_eq!(unescape("/a\\400"), b"/a\\400");
@@ -877,7 +699,10 @@ mod tests {
         assert_eq!(errno_text(libc::ENOENT), "no such file or directory");
         assert_eq!(errno_text(libc::EACCES), "permission denied");
         assert_eq!(errno_text(libc::EIO), "input/output error");
-        assert_eq!(errno_text(libc::ENOTCONN), "transport endpoint is not connected");
+        assert_eq!(
+            errno_text(libc::ENOTCONN),
+            "transport endpoint is not connected"
+        );
         assert_eq!(errno_text(libc::ESTALE), "stale file handle");
         assert_eq!(errno_text(libc::EDOTDOT), "RFS specific error");
     }
@@ -967,7 +792,10 @@ mod tests {
             crate::exposition::write_float(&mut buf, f);
         }
         let want_size = String::from_utf8(buf).unwrap();
-        assert!(size[1].ends_with(&format!(" {want_size}")), "{size:?} vs {want_size}");
+        assert!(
+            size[1].ends_with(&format!(" {want_size}")),
+            "{size:?} vs {want_size}"
+        );
         assert_eq!(
             samples(&out, "node_filesystem_mount_info")[1],
             "{device=\"/dev/sda2\",major=\"8\",minor=\"2\",mountpoint=\"/data\"} 1"
@@ -1022,7 +850,10 @@ mod tests {
         // A bad fallback names the fallback.
         let t = Trees::new(None, Some("garbage\n"), &[]);
         let e = render(build(&t.settings()).as_mut()).unwrap_err();
-        assert!(e.file.ends_with("self/mountinfo") && e.line == Some(1), "{e}");
+        assert!(
+            e.file.ends_with("self/mountinfo") && e.line == Some(1),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1075,7 +906,11 @@ mod tests {
         let out = render(build(&s).as_mut()).unwrap();
         let errors = samples(&out, "node_filesystem_device_error");
         assert!(!errors.is_empty());
-        assert!(errors.iter().all(|l| l.contains("no such file or directory") && l.ends_with(" 1")));
+        assert!(
+            errors
+                .iter()
+                .all(|l| l.contains("no such file or directory") && l.ends_with(" 1"))
+        );
         assert!(!out.contains("node_filesystem_size_bytes"));
         assert!(!out.contains("mountpoint=\"/proc\""), "excluded by default");
         assert!(!out.contains("fstype=\"nsfs\""), "excluded by default");

@@ -31,11 +31,11 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use crate::collector::Collector;
-use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw, settle};
-use crate::collectors::textfile::go_parse_float;
+use crate::collectors::sysfs::{DeviceError, Families, ignored, io_error, read_raw, settle};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
+use crate::kernel::go_compat::go_parse_float;
 use crate::source::DirListing;
 
 pub const CHIP_INCLUDE: &str = "collector.hwmon.chip-include";
@@ -330,12 +330,6 @@ fn chip_base_name(dir: &Path) -> Option<String> {
     (!n.is_empty()).then_some(n)
 }
 
-/// node_exporter's device filter: excluded if `exclude` matches, or if
-/// `include` is given and does not.
-pub(crate) fn ignored(include: Option<&Regex>, exclude: Option<&Regex>, name: &str) -> bool {
-    exclude.is_some_and(|r| r.is_match(name)) || include.is_some_and(|r| !r.is_match(name))
-}
-
 pub struct HwmonCollector {
     class: PathBuf,
     chip_include: Option<Regex>,
@@ -543,7 +537,10 @@ mod tests {
             e("power1_average_interval"),
             Some(("power".into(), 1, "average_interval".into()))
         );
-        assert_eq!(e("temp01_crit_alarm"), Some(("temp".into(), 1, "crit_alarm".into())));
+        assert_eq!(
+            e("temp01_crit_alarm"),
+            Some(("temp".into(), 1, "crit_alarm".into()))
+        );
         assert_eq!(e("1abc"), None);
     }
 
@@ -554,20 +551,47 @@ mod tests {
         assert_eq!(t.name, "node_hwmon_temp_celsius");
         assert_eq!(t.help, "Hardware monitor for temperature (input)");
         assert_eq!(t.value, 42.0);
-        assert_eq!(s("temp", "input", 1.0, true).name, "node_hwmon_temp_input_celsius");
-        assert_eq!(s("temp", "", 1.0, true).help, "Hardware monitor for temperature (input)");
-        assert_eq!(s("temp", "crit_alarm", 1.0, false).name, "node_hwmon_temp_crit_alarm_celsius");
+        assert_eq!(
+            s("temp", "input", 1.0, true).name,
+            "node_hwmon_temp_input_celsius"
+        );
+        assert_eq!(
+            s("temp", "", 1.0, true).help,
+            "Hardware monitor for temperature (input)"
+        );
+        assert_eq!(
+            s("temp", "crit_alarm", 1.0, false).name,
+            "node_hwmon_temp_crit_alarm_celsius"
+        );
         assert_eq!(s("temp", "type", 4.0, false).name, "node_hwmon_temp_type");
         assert_eq!(s("in", "input", 1144.0, false).value, 1144.0 * 0.001);
-        assert_eq!(s("fan", "target", 2000.0, false).name, "node_hwmon_fan_target_rpm");
+        assert_eq!(
+            s("fan", "target", 2000.0, false).name,
+            "node_hwmon_fan_target_rpm"
+        );
         assert_eq!(s("fan", "pulses", 2.0, false).name, "node_hwmon_fan_pulses");
-        assert_eq!(s("fan", "alarm", 0.0, false).help, "Hardware sensor alarm status (fan)");
+        assert_eq!(
+            s("fan", "alarm", 0.0, false).help,
+            "Hardware sensor alarm status (fan)"
+        );
         let e = s("energy", "input", 2_000_000.0, false);
-        assert_eq!((e.name.as_str(), e.kind, e.value), ("node_hwmon_energy_joule_total", MetricType::Counter, 2.0));
-        assert_eq!(s("power", "average_interval", 1000.0, false).name, "node_hwmon_power_average_interval_seconds");
+        assert_eq!(
+            (e.name.as_str(), e.kind, e.value),
+            ("node_hwmon_energy_joule_total", MetricType::Counter, 2.0)
+        );
+        assert_eq!(
+            s("power", "average_interval", 1000.0, false).name,
+            "node_hwmon_power_average_interval_seconds"
+        );
         assert_eq!(s("power", "accuracy", 500000.0, false).value, 0.5);
-        assert_eq!(s("curr", "input", 2500.0, false).name, "node_hwmon_curr_amps");
-        assert_eq!(s("pwm", "enable", 2.0, false).help, "Hardware monitor pwm element enable");
+        assert_eq!(
+            s("curr", "input", 2500.0, false).name,
+            "node_hwmon_curr_amps"
+        );
+        assert_eq!(
+            s("pwm", "enable", 2.0, false).help,
+            "Hardware monitor pwm element enable"
+        );
         assert_eq!(clean_name("Package id 0\n"), "package_id_0");
         assert_eq!(clean_name("coretemp.0"), "coretemp_0");
     }
@@ -588,7 +612,9 @@ mod tests {
         let has = |l: &str| assert!(out.contains(l), "missing {l:?} in\n{out}");
         has("node_hwmon_chip_names{chip=\"platform_coretemp_0\",chip_name=\"coretemp\"} 1\n");
         has("node_hwmon_temp_celsius{chip=\"platform_coretemp_0\",sensor=\"temp1\"} 55\n");
-        has("node_hwmon_sensor_label{chip=\"platform_coretemp_0\",label=\"Package id 0\",sensor=\"temp1\"} 1\n");
+        has(
+            "node_hwmon_sensor_label{chip=\"platform_coretemp_0\",label=\"Package id 0\",sensor=\"temp1\"} 1\n",
+        );
         // A chip with a name file only, and one with nothing but its directory.
         has("node_hwmon_in_volts{chip=\"nct6779\",sensor=\"in0\"} 1.1440000000000001\n");
         has("node_hwmon_temp_celsius{chip=\"hwmon2\",sensor=\"temp1\"} 40\n");
@@ -600,7 +626,10 @@ mod tests {
         // An unreadable attribute and a missing one are left out.
         assert!(!out.contains("sensor=\"temp3\""), "{out}");
         has("node_hwmon_fan_min_rpm{chip=\"nct6779\",sensor=\"fan3\"} 300\n");
-        assert!(!out.contains("node_hwmon_fan_rpm{chip=\"nct6779\",sensor=\"fan3\"}"), "{out}");
+        assert!(
+            !out.contains("node_hwmon_fan_rpm{chip=\"nct6779\",sensor=\"fan3\"}"),
+            "{out}"
+        );
         let again = render(build(&s).as_mut()).unwrap();
         assert_eq!(out, again);
     }
@@ -608,8 +637,14 @@ mod tests {
     #[test]
     fn filters() {
         let mut s = Settings::with_roots("/nonexistent", fixture("sys"));
-        s.set(CHIP_INCLUDE, Some(FlagValue::Regex(Regex::new("^nct").unwrap())));
-        s.set(SENSOR_EXCLUDE, Some(FlagValue::Regex(Regex::new(";fan").unwrap())));
+        s.set(
+            CHIP_INCLUDE,
+            Some(FlagValue::Regex(Regex::new("^nct").unwrap())),
+        );
+        s.set(
+            SENSOR_EXCLUDE,
+            Some(FlagValue::Regex(Regex::new(";fan").unwrap())),
+        );
         let out = render(build(&s).as_mut()).unwrap();
         assert!(out.contains("chip=\"nct6779\""));
         assert!(!out.contains("coretemp"));

@@ -22,11 +22,9 @@ use regex::Regex;
 
 use crate::collector::Collector;
 use crate::error::ParseError;
+use crate::kernel::proc_stat;
 
-pub mod btrfs_ioctl;
 pub mod dynamic;
-pub mod mount_changes;
-pub mod rpc_stats;
 pub mod sysfs;
 
 /// Declares each collector module and lists its `SPEC` in [`ALL`], in the
@@ -426,7 +424,7 @@ pub struct Settings {
     /// `<procfs>/stat`, which the cpu and stat collectors both report
     /// from: made by the first of them that is built, shared with the
     /// other (and with copies of these settings that have the same procfs).
-    shared_stat: Arc<Mutex<Vec<(PathBuf, stat::Shared)>>>,
+    shared_stat: Arc<Mutex<Vec<(PathBuf, proc_stat::Shared)>>>,
 }
 
 impl Settings {
@@ -452,12 +450,12 @@ impl Settings {
 
     /// `<procfs>/stat`, read and parsed once per scrape for every collector
     /// built from these settings that asks for it.
-    pub fn shared_stat(&self) -> stat::Shared {
+    pub fn shared_stat(&self) -> proc_stat::Shared {
         let mut made = self.shared_stat.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, s)) = made.iter().find(|(at, _)| *at == self.procfs) {
             return s.clone();
         }
-        let s = stat::SharedStat::at(&self.procfs);
+        let s = proc_stat::SharedStat::at(&self.procfs);
         made.push((self.procfs.clone(), s.clone()));
         s
     }

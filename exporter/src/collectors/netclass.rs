@@ -378,7 +378,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         );
     }
     // A fixture tree can change at any moment without a notification.
-    let links = crate::source::is_sysfs(&s.sysfs)
+    let links = crate::kernel::fs_kind::is_sysfs(&s.sysfs)
         .then(|| {
             LinkEvents::open()
                 .map_err(|e| {

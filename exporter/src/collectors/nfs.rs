@@ -12,10 +12,10 @@
 //! no `procN` line (a kernel built without NFSv2), as node_exporter does.
 
 use crate::collector::Collector;
-use crate::collectors::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
+use crate::kernel::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::parse::parse_fresh;
 use crate::source::SourceFile;
 
@@ -26,7 +26,9 @@ pub const SPEC: Spec = Spec {
     flags: &[],
     build,
     sources: &[Source::proc("net/rpc/nfs", "nfs")],
-    parsers: &[Parser::numeric("nfs", |t| parse_fresh(t, parse_into).map(drop))],
+    parsers: &[Parser::numeric("nfs", |t| {
+        parse_fresh(t, parse_into).map(drop)
+    })],
 };
 
 const PACKETS: Desc = Desc::counter(
@@ -148,14 +150,12 @@ const KEYS: [&str; 5] = ["net", "rpc", "proc2", "proc3", "proc4"];
 /// which the kernel always writes, must be there.
 pub fn parse_into(s: &str, out: &mut ClientStats) -> Result<(), ParseError> {
     *out = ClientStats::default();
-    each_line(s, "NFS", &KEYS, |key, n, f| {
-    match key {
+    each_line(s, "NFS", &KEYS, |key, n, f| match key {
         "net" => fixed(f, n, key, &mut out.net),
         "rpc" => fixed(f, n, key, &mut out.rpc),
         "proc2" => counted(f, n, key, 18, &mut out.v2).map(|_| ()),
         "proc3" => counted(f, n, key, 22, &mut out.v3).map(|_| ()),
         _ => counted(f, n, key, 0, &mut out.v4).map(|_| ()),
-    }
     })
 }
 
@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(p.rpc, [3_203_996, 57, 3_202_912]);
         // No proc2 line (a kernel without NFSv2): zeros.
         assert_eq!(p.v2, [0; 18]);
-        assert_eq!(p.v3[V3_PROCEDURES.iter().position(|m| *m == "GetAttr").unwrap()], 7);
+        assert_eq!(
+            p.v3[V3_PROCEDURES.iter().position(|m| *m == "GetAttr").unwrap()],
+            7
+        );
         // The fixture's proc4 has 69 values; the first 59 are named.
         assert_eq!(p.v4[1], 1_298_113, "Read");
         assert_eq!(p.v4[58], 4, "Clone");
@@ -267,10 +270,15 @@ mod tests {
              node_nfs_packets_total{protocol=\"udp\"} 0\n\
              node_nfs_packets_total{protocol=\"tcp\"} 3204019\n"
         ), "{out}");
-        assert!(out.contains("node_nfs_rpc_retransmissions_total 57\n"), "{out}");
+        assert!(
+            out.contains("node_nfs_rpc_retransmissions_total 57\n"),
+            "{out}"
+        );
         assert!(out.contains("node_nfs_requests_total{proto=\"2\",method=\"Null\"} 0\n"));
         assert!(out.contains("node_nfs_requests_total{proto=\"4\",method=\"Read\"} 1298113\n"));
-        let requests = out.lines().filter(|l| l.starts_with("node_nfs_requests_total{"));
+        let requests = out
+            .lines()
+            .filter(|l| l.starts_with("node_nfs_requests_total{"));
         assert_eq!(requests.count(), 18 + 22 + 59);
         let absent = Settings::with_roots("/nonexistent-usescope", "/nonexistent");
         assert_eq!(render(build(&absent).as_mut()).unwrap(), "");

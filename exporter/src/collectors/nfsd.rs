@@ -9,10 +9,10 @@
 //! client) its errors, and `requests_total` by operation its load.
 
 use crate::collector::Collector;
-use crate::collectors::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder};
+use crate::kernel::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::parse::parse_fresh;
 use crate::source::SourceFile;
 
@@ -23,7 +23,9 @@ pub const SPEC: Spec = Spec {
     flags: &[],
     build,
     sources: &[Source::proc("net/rpc/nfsd", "nfsd")],
-    parsers: &[Parser::numeric("nfsd", |t| parse_fresh(t, parse_into).map(drop))],
+    parsers: &[Parser::numeric("nfsd", |t| {
+        parse_fresh(t, parse_into).map(drop)
+    })],
 };
 
 const CACHE_HITS: Desc = Desc::counter(
@@ -193,8 +195,7 @@ const KEYS: [&str; 12] = [
 /// `0.000`), which node_exporter skips too.
 pub fn parse_into(s: &str, out: &mut ServerStats) -> Result<(), ParseError> {
     *out = ServerStats::default();
-    each_line(s, "NFSd", &KEYS, |key, n, f| {
-    match key {
+    each_line(s, "NFSd", &KEYS, |key, n, f| match key {
         "net" => fixed(f, n, key, &mut out.net),
         "rpc" => fixed(f, n, key, &mut out.rpc),
         "rc" => fixed(f, n, key, &mut out.reply_cache),
@@ -229,7 +230,6 @@ pub fn parse_into(s: &str, out: &mut ServerStats) -> Result<(), ParseError> {
             out.wdeleg_getattr = one[0];
             Ok(())
         }
-    }
     })
 }
 
@@ -342,7 +342,10 @@ mod tests {
         assert!(parse(&format!("{ok}wdeleg_getattr 1 2\n")).is_err());
         let e = parse(&format!("{ok}xprt 1\n")).unwrap_err();
         assert!(e.msg.contains("unknown NFSd metric line"), "{e}");
-        assert_eq!(parse("rc 0 0 0\nrpc 1 0 0 0 0\n").unwrap_err().msg, "no \"net\" line");
+        assert_eq!(
+            parse("rc 0 0 0\nrpc 1 0 0 0 0\n").unwrap_err().msg,
+            "no \"net\" line"
+        );
         assert!(parse("net 1 0 1 1\nrpc 1 0 0 0 18446744073709551616\n").is_err());
     }
 
@@ -364,7 +367,9 @@ mod tests {
         ] {
             assert!(out.contains(line), "{line} in\n{out}");
         }
-        let requests = out.lines().filter(|l| l.starts_with("node_nfsd_requests_total{"));
+        let requests = out
+            .lines()
+            .filter(|l| l.starts_with("node_nfsd_requests_total{"));
         assert_eq!(requests.count(), 17 + 21 + 35 + 1);
         let absent = Settings::with_roots("/nonexistent-usescope", "/nonexistent");
         assert_eq!(render(build(&absent).as_mut()).unwrap(), "");

@@ -27,13 +27,14 @@
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{self, ErrorKind};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::path::PathBuf;
 
 use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
+use crate::kernel::fs_kind::{PROC_SUPER_MAGIC, magic_of_fd};
 use crate::parse::{parse_fresh, u64_sysctl_into};
 use crate::source::{SourceFile, list_fd, open_dir};
 
@@ -69,10 +70,7 @@ const THREADS_STATE: Desc = Desc::gauge(
     "Number of threads in each state.",
 );
 const PIDS: Desc = Desc::gauge("node_processes_pids", "Number of PIDs");
-const MAX_PROCESSES: Desc = Desc::gauge(
-    "node_processes_max_processes",
-    "Number of max PIDs limit",
-);
+const MAX_PROCESSES: Desc = Desc::gauge("node_processes_max_processes", "Number of max PIDs limit");
 
 /// Most stat files read in one scrape: Linux's PID_MAX_LIMIT, the most
 /// tasks a kernel can have. A tree with more is not a procfs.
@@ -119,9 +117,7 @@ pub fn parse_pid_stat_into<'t>(s: &'t str, out: &mut PidStat<'t>) -> Result<(), 
         .get(r + 2..)
         .ok_or_else(|| bad("malformed text after (command)".into()))?;
     let mut f = rest.split_ascii_whitespace();
-    let state = f
-        .next()
-        .ok_or_else(|| bad("missing field state".into()))?;
+    let state = f.next().ok_or_else(|| bad("missing field state".into()))?;
     let mut threads = 0;
     for (i, &kind) in KINDS.iter().enumerate() {
         let field = i + 4;
@@ -356,9 +352,11 @@ impl ProcessesCollector {
         };
         self.pids.clear();
         let pids = &mut self.pids;
-        list_fd(root.as_raw_fd(), &mut self.dir_buf, |n| pids.extend(task_id(n)))
-            .map_err(|e| CollectError::io(&self.procfs, e))?;
-        let kernel = is_procfs(root.as_raw_fd());
+        list_fd(root.as_raw_fd(), &mut self.dir_buf, |n| {
+            pids.extend(task_id(n))
+        })
+        .map_err(|e| CollectError::io(&self.procfs, e))?;
+        let kernel = magic_of_fd(root.as_fd()) == Some(PROC_SUPER_MAGIC);
         let mut w = Walk {
             root,
             kernel,
@@ -427,7 +425,9 @@ impl ProcessesCollector {
         let dir = unsafe { File::from_raw_fd(fd) };
         self.tids.clear();
         let tids = &mut self.tids;
-        if let Err(e) = list_fd(dir.as_raw_fd(), &mut self.dir_buf, |n| tids.extend(task_id(n))) {
+        if let Err(e) = list_fd(dir.as_raw_fd(), &mut self.dir_buf, |n| {
+            tids.extend(task_id(n))
+        }) {
             if vanished(&e) {
                 return Ok(());
             }
@@ -476,13 +476,6 @@ impl ProcessesCollector {
     }
 }
 
-fn is_procfs(fd: RawFd) -> bool {
-    // SAFETY: statfs is plain C data; fstatfs writes into it.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid fd and a struct we own.
-    unsafe { libc::fstatfs(fd, &mut st) == 0 && st.f_type as i64 == 0x9fa0 }
-}
-
 impl Collector for ProcessesCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         let mut threads_max = 0;
@@ -505,7 +498,8 @@ impl Collector for ProcessesCollector {
             enc.sample(&MAX_THREADS, &[], threads_max);
         }
         self.states.encode(enc, &STATE, "state");
-        self.thread_states.encode(enc, &THREADS_STATE, "thread_state");
+        self.thread_states
+            .encode(enc, &THREADS_STATE, "thread_state");
         enc.family(&PIDS);
         enc.sample(&PIDS, &[], totals.pids);
         if have_pid_max {
@@ -556,7 +550,11 @@ mod tests {
         assert!(parse(&cut).unwrap_err().msg.contains("missing field"));
         // field 6 (flags) is unsigned; field 4 (ppid) signed.
         let neg = KTHREAD.replacen(" 2129984 ", " -5 ", 1);
-        assert!(parse(&neg).unwrap_err().msg.contains("field 9"), "{:?}", parse(&neg));
+        assert!(
+            parse(&neg).unwrap_err().msg.contains("field 9"),
+            "{:?}",
+            parse(&neg)
+        );
         let over = KTHREAD.replacen("18446744073709551615", "18446744073709551616", 1);
         assert!(parse(&over).is_err());
         assert!(parse("2 (k)é S 0").is_err());
@@ -597,14 +595,25 @@ mod tests {
              # TYPE node_processes_max_processes gauge\n\
              node_processes_max_processes 32768\n"
         );
-        assert_eq!(scrape(std::path::Path::new("/nonexistent-usescope")).unwrap(), "");
+        assert_eq!(
+            scrape(std::path::Path::new("/nonexistent-usescope")).unwrap(),
+            ""
+        );
     }
 
     #[test]
     fn corrupt_stat_fails_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("7/task/8")).unwrap();
-        std::fs::write(dir.path().join("7/stat"), KTHREAD.replacen("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1", "7 (a) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 2", 1)).unwrap();
+        std::fs::write(
+            dir.path().join("7/stat"),
+            KTHREAD.replacen(
+                "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1",
+                "7 (a) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 2",
+                1,
+            ),
+        )
+        .unwrap();
         std::fs::write(dir.path().join("7/task/8/stat"), "8 (a) S x\n").unwrap();
         let e = scrape(dir.path()).unwrap_err();
         assert_eq!(e.file, dir.path().join("7/task/8/stat"));
@@ -634,6 +643,9 @@ mod tests {
             .sum();
         // Threads come and go between the reads; roughly equal.
         let threads = v("node_processes_threads");
-        assert!((per_state - threads).abs() <= threads * 0.2 + 8.0, "{per_state} vs {threads}");
+        assert!(
+            (per_state - threads).abs() <= threads * 0.2 + 8.0,
+            "{per_state} vs {threads}"
+        );
     }
 }

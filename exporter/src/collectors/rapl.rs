@@ -28,7 +28,9 @@ use std::path::{Path, PathBuf};
 
 use crate::absence;
 use crate::collector::Collector;
-use crate::collectors::sysfs::{DeviceError, Families, io_error, sanitize_metric_name};
+use crate::collectors::sysfs::{
+    DeviceError, Families, io_error, read_attribute, sanitize_metric_name,
+};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType};
@@ -51,7 +53,10 @@ pub const SPEC: Spec = Spec {
     build,
     sources: &[
         Source::sys("class/powercap/intel-rapl:0/energy_uj", "rapl_uint"),
-        Source::sys("class/powercap/intel-rapl:0/max_energy_range_uj", "rapl_uint"),
+        Source::sys(
+            "class/powercap/intel-rapl:0/max_energy_range_uj",
+            "rapl_uint",
+        ),
     ],
     parsers: &[Parser::numeric("rapl_uint", |t| {
         parse_fresh(t, parse_into).map(drop)
@@ -84,14 +89,17 @@ fn index_and_name(seen: &mut Vec<(String, usize)>, raw: &str) -> (usize, String)
 }
 
 fn read_uint(path: &Path) -> Result<u64, io::Error> {
-    let text = std::fs::read_to_string(path)?;
+    let text = read_attribute(path)?;
     let mut v = 0;
     parse_into(&text, &mut v).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     Ok(v)
 }
 
 fn error(path: &Path, e: io::Error) -> DeviceError {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<ParseError>()) {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ParseError>())
+    {
         Some(pe) => CollectError::from_parse(path, pe.clone()).into(),
         None => io_error(path, e),
     }
@@ -134,7 +142,7 @@ impl RaplCollector {
         let mut seen = Vec::new();
         for dir in &dirs {
             let zone = self.class.join(dir);
-            let Ok(raw) = std::fs::read_to_string(zone.join("name")) else {
+            let Ok(raw) = read_attribute(&zone.join("name")) else {
                 continue; // not a zone (the control type `intel-rapl`)
             };
             let (index, name) = index_and_name(&mut seen, raw.trim());
@@ -158,7 +166,11 @@ impl RaplCollector {
             let path = zone.to_string_lossy();
             let joules = microjoules as f64 / 1e6;
             if self.zone_label {
-                let labels = [("index", index.as_str()), ("path", &path), ("rapl_zone", &name)];
+                let labels = [
+                    ("index", index.as_str()),
+                    ("path", &path),
+                    ("rapl_zone", &name),
+                ];
                 self.families
                     .push(JOULES, JOULES_HELP, MetricType::Counter, &labels, joules);
             } else {
@@ -213,14 +225,27 @@ mod tests {
         let out = render(build(&s).as_mut()).unwrap();
         let p = sys.join("class/powercap").display().to_string();
         for l in [
-            "# HELP node_rapl_package_joules_total Current RAPL package value in joules\n".to_string(),
+            "# HELP node_rapl_package_joules_total Current RAPL package value in joules\n"
+                .to_string(),
             "# TYPE node_rapl_package_joules_total counter\n".to_string(),
-            format!("node_rapl_package_joules_total{{index=\"0\",path=\"{p}/intel-rapl:0\"}} 240422.366267\n"),
-            format!("node_rapl_package_joules_total{{index=\"1\",path=\"{p}/intel-rapl:1\"}} 130558.998914\n"),
-            format!("node_rapl_package_joules_total{{index=\"0\",path=\"{p}/intel-rapl-mmio:0\"}} 24.5\n"),
-            format!("node_rapl_dram_joules_total{{index=\"0\",path=\"{p}/intel-rapl:0:1\"}} 24468.409791\n"),
-            format!("node_rapl_dram_joules_total{{index=\"1\",path=\"{p}/intel-rapl:1:1\"}} 22116.153056\n"),
-            format!("node_rapl_core_joules_total{{index=\"0\",path=\"{p}/intel-rapl:0:0\"}} 118821.284256\n"),
+            format!(
+                "node_rapl_package_joules_total{{index=\"0\",path=\"{p}/intel-rapl:0\"}} 240422.366267\n"
+            ),
+            format!(
+                "node_rapl_package_joules_total{{index=\"1\",path=\"{p}/intel-rapl:1\"}} 130558.998914\n"
+            ),
+            format!(
+                "node_rapl_package_joules_total{{index=\"0\",path=\"{p}/intel-rapl-mmio:0\"}} 24.5\n"
+            ),
+            format!(
+                "node_rapl_dram_joules_total{{index=\"0\",path=\"{p}/intel-rapl:0:1\"}} 24468.409791\n"
+            ),
+            format!(
+                "node_rapl_dram_joules_total{{index=\"1\",path=\"{p}/intel-rapl:1:1\"}} 22116.153056\n"
+            ),
+            format!(
+                "node_rapl_core_joules_total{{index=\"0\",path=\"{p}/intel-rapl:0:0\"}} 118821.284256\n"
+            ),
         ] {
             assert!(out.contains(&l), "missing {l:?} in\n{out}");
         }

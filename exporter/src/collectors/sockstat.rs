@@ -10,9 +10,10 @@
 use crate::collector::Collector;
 use crate::collectors::dynamic::DynamicFamilies;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
+use crate::error::{CollectError, ParseError};
 use crate::exposition::{Desc, Encoder, Format, MetricType};
-use crate::parse::{fields, i64_field, is_blank, lines, recycle};
+use crate::kernel::sockstat::{Line, parse_into};
+use crate::parse::{i64_field, recycle};
 use crate::source::{Read, SourceFile};
 
 pub const SPEC: Spec = Spec {
@@ -48,85 +49,6 @@ const SOCKETS_USED: Desc = Desc::gauge(
 /// The per-protocol fields node_exporter exports; others are ignored, as
 /// there (procfs parses only these).
 const FIELDS: [&str; 6] = ["inuse", "orphan", "tw", "alloc", "mem", "memory"];
-
-/// One line, `TCP: inuse 1 orphan 0 tw 3 alloc 1 mem 166`, checked: a
-/// protocol, then an even number of tokens whose values are integers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Line<'a> {
-    pub proto: &'a str,
-    pairs: &'a str,
-    pub line: usize,
-}
-
-impl<'a> Line<'a> {
-    /// `(key, value token)` pairs in file order.
-    pub fn pairs(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        let mut toks = fields(self.pairs);
-        std::iter::from_fn(move || Some((toks.next()?, toks.next()?)))
-    }
-}
-
-/// Parses a sockstat file into checked lines, skipping blank ones.
-pub fn parse_into<'t>(s: &'t str, out: &mut Vec<Line<'t>>) -> Result<(), ParseError> {
-    out.clear();
-    for (i, l) in lines(s).enumerate() {
-        if !is_blank(l) {
-            out.push(line(l, i + 1)?);
-        }
-    }
-    Ok(())
-}
-
-fn line(text: &str, lineno: usize) -> Result<Line<'_>, ParseError> {
-    let (proto, pairs) = text
-        .split_once(':')
-        .ok_or_else(|| ParseError::new(lineno, "missing ':' after the protocol name"))?;
-    if proto.is_empty() || !proto.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(ParseError::new(
-            lineno,
-            format!("invalid protocol name {proto:?}"),
-        ));
-    }
-    let n = fields(pairs).count();
-    if n == 0 || !n.is_multiple_of(2) {
-        return Err(ParseError::new(
-            lineno,
-            format!("{}: {n} tokens, expected key/value pairs", excerpt(proto)),
-        ));
-    }
-    let l = Line {
-        proto,
-        pairs,
-        line: lineno,
-    };
-    for (key, tok) in l.pairs() {
-        if !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
-            return Err(ParseError::new(
-                lineno,
-                format!("{}: invalid key {}", excerpt(proto), excerpt(key)),
-            ));
-        }
-        i64_field(tok, lineno, key)?;
-    }
-    Ok(l)
-}
-
-/// `proto`'s `inuse` count in a sockstat file's text (udp_queues' count of
-/// a UDP table), if the protocol's line parses and starts with it. A line
-/// before it that does not parse also means None.
-pub fn inuse(text: &str, proto: &str) -> Option<u64> {
-    for (i, l) in lines(text).enumerate() {
-        if is_blank(l) {
-            continue;
-        }
-        let l = line(l, i + 1).ok()?;
-        if l.proto == proto {
-            let (key, value) = l.pairs().next()?;
-            return (key == "inuse").then(|| value.parse().ok())?;
-        }
-    }
-    None
-}
 
 pub struct SockStatCollector {
     v4: SourceFile,
@@ -240,62 +162,6 @@ mod tests {
     use crate::collectors::test_support::render;
     use std::path::Path;
 
-    const SOCKSTAT: &str = include_str!("../../tests/fixtures/proc/net/sockstat");
-    const SOCKSTAT6: &str = include_str!("../../tests/fixtures/proc/net/sockstat6");
-
-    fn lines(s: &str) -> Result<Vec<Line<'_>>, ParseError> {
-        let mut out = Vec::new();
-        parse_into(s, &mut out).map(|()| out)
-    }
-
-    #[test]
-    fn fixtures() {
-        let l = lines(SOCKSTAT).unwrap();
-        let protos: Vec<&str> = l.iter().map(|l| l.proto).collect();
-        assert_eq!(protos, ["sockets", "TCP", "UDP", "UDPLITE", "RAW", "FRAG"]);
-        let tcp: Vec<_> = l[1].pairs().collect();
-        assert_eq!(
-            tcp,
-            [
-                ("inuse", "1"),
-                ("orphan", "0"),
-                ("tw", "3"),
-                ("alloc", "1"),
-                ("mem", "166")
-            ]
-        );
-        let l6 = lines(SOCKSTAT6).unwrap();
-        assert_eq!(l6.len(), 5);
-        assert_eq!(
-            l6[4].pairs().collect::<Vec<_>>(),
-            [("inuse", "0"), ("memory", "0")]
-        );
-    }
-
-    #[test]
-    fn malformed() {
-        assert_eq!(lines("").unwrap(), vec![]);
-        assert!(lines("\u{1}garbage here\n%%% not a kernel file %%%\n:::\n").is_err());
-        let e = lines("sockets: used 8\nTCP: inuse 1 orphan\n").unwrap_err();
-        assert_eq!(e.line, 2);
-        assert!(e.msg.contains("3 tokens"), "{}", e.msg);
-        assert!(lines("TCP:\n").unwrap_err().msg.contains("0 tokens"));
-        assert!(lines("TCP inuse 1\n").unwrap_err().msg.contains("':'"));
-        assert!(lines("TCP: inuse x\n").unwrap_err().msg.contains("inuse"));
-        assert!(
-            lines("TCP: 1 inuse\n")
-                .unwrap_err()
-                .msg
-                .contains("invalid key")
-        );
-        assert!(lines("TCP: inuse 9223372036854775808\n").is_err());
-        assert!(lines("TCP: inuse 99999999999999999999999\n").is_err());
-        let extra: String = SOCKSTAT.lines().map(|l| format!("{l} 7\n")).collect();
-        assert!(lines(&extra).is_err());
-        let cut = &SOCKSTAT[..SOCKSTAT.len() / 2];
-        assert!(lines(cut).is_err());
-    }
-
     #[test]
     fn collector_on_fixture() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
@@ -363,26 +229,5 @@ mod tests {
         let e = render(&mut c).unwrap_err();
         assert!(e.cause.contains("overflows"));
         assert_eq!(e.line, Some(1));
-    }
-
-    #[test]
-    fn inuse_counts() {
-        let v4 = "sockets: used 7\nTCP: inuse 1 orphan 0 tw 1 alloc 1 mem 0\nUDP: inuse 3 mem 2\nUDPLITE: inuse 0\n";
-        assert_eq!(inuse(v4, "UDP"), Some(3));
-        assert_eq!(inuse(v4, "UDPLITE"), Some(0));
-        assert_eq!(inuse("UDPLITE: inuse 0\n", "UDP"), None);
-        let v6 = "TCP6: inuse 0\nUDP6: inuse 0\nUDPLITE6: inuse 0\n";
-        assert_eq!(inuse(v6, "UDP6"), Some(0));
-        assert_eq!(inuse(v6, "UDP"), None);
-        for bad in [
-            "UDP: mem 0 inuse 0\n",
-            "UDP: inuse\n",
-            "UDP: inuse x\n",
-            "UDP: inuse -1\n",
-            "garbage\nUDP: inuse 0\n",
-            "",
-        ] {
-            assert_eq!(inuse(bad, "UDP"), None, "{bad:?}");
-        }
     }
 }

@@ -15,6 +15,8 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+use regex::Regex;
+
 use crate::error::{CollectError, ParseError};
 use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
 use crate::source::{SourceFile, Vanished, vanished};
@@ -121,6 +123,65 @@ pub fn settle(
 /// never polled; only regular files are opened (a FIFO or a device in a
 /// copied tree must not block or stream).
 pub fn read_raw(path: &Path) -> io::Result<Vec<u8>> {
+    read_at_most(path, 128, true)
+}
+
+/// An attribute read with [`read_attribute`] and parsed into a fresh
+/// value; either error names the file.
+pub fn read_parsed<T: Default>(
+    path: &Path,
+    parse: impl FnOnce(&str, &mut T) -> Result<(), ParseError>,
+) -> Result<T, DeviceError> {
+    let text = read_attribute(path).map_err(|e| io_error(path, e))?;
+    let mut v = T::default();
+    parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
+    Ok(v)
+}
+
+/// [`read_parsed`], with an absent attribute as `None` (procfs reads many
+/// optional attributes as zero or empty).
+pub fn read_parsed_if_present<T: Default>(
+    path: &Path,
+    parse: impl FnOnce(&str, &mut T) -> Result<(), ParseError>,
+) -> Result<Option<T>, DeviceError> {
+    let text = match read_attribute(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(path, e)),
+    };
+    let mut v = T::default();
+    parse(&text, &mut v).map_err(|e| CollectError::from_parse(path, e))?;
+    Ok(Some(v))
+}
+
+/// The most a sysfs attribute holds: the kernel formats each into one page.
+pub const ATTRIBUTE_MAX_BYTES: usize = 4096;
+
+/// A whole sysfs attribute (bcache's and bcachefs's multi-line stats, a
+/// counter, a label) as text, invalid UTF-8 replaced: the guards of
+/// [`read_raw`], at most [`ATTRIBUTE_MAX_BYTES`]. A longer file is an
+/// error, not a truncated value: sysfs never writes one, so it is not an
+/// attribute. The collectors read every per-scrape file through here or a
+/// [`crate::source::SourceFile`], never with an unbounded read.
+pub fn read_attribute(path: &Path) -> io::Result<String> {
+    let raw = read_at_most(path, ATTRIBUTE_MAX_BYTES + 1, false)?;
+    if raw.len() > ATTRIBUTE_MAX_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("longer than a sysfs attribute ({ATTRIBUTE_MAX_BYTES} bytes)"),
+        ));
+    }
+    Ok(match String::from_utf8(raw) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// Up to `max` bytes of a regular file, opened without blocking: one
+/// read(2) when `single_read` (node_exporter's), else until end of file
+/// or `max` (sysfs gives an attribute in one read, a fixture file may take
+/// more). EAGAIN after some bytes ends the read with what was read.
+fn read_at_most(path: &Path, max: usize, single_read: bool) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let meta = std::fs::metadata(path)?;
     let t = meta.file_type();
@@ -140,14 +201,20 @@ pub fn read_raw(path: &Path) -> io::Result<Vec<u8>> {
             "not a regular file",
         ));
     }
-    let mut buf = vec![0u8; 128];
-    let n = loop {
-        match f.read(&mut buf) {
-            Ok(n) => break n,
+    let mut buf = vec![0u8; max];
+    let mut n = 0;
+    while n < max {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if n > 0 && e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) => return Err(e),
         }
-    };
+        if single_read {
+            break;
+        }
+    }
     buf.truncate(n);
     Ok(buf)
 }
@@ -330,6 +397,12 @@ impl Families {
 /// after a listing named it: a class entry (a link, as in sysfs) to a
 /// device directory that is gone, so every read under it fails with
 /// ENOENT, as in the moment between a device's removal and its entry's.
+/// node_exporter's device filter: excluded if `exclude` matches, or if
+/// `include` is given and does not.
+pub fn ignored(include: Option<&Regex>, exclude: Option<&Regex>, name: &str) -> bool {
+    exclude.is_some_and(|r| r.is_match(name)) || include.is_some_and(|r| !r.is_match(name))
+}
+
 #[cfg(test)]
 pub(crate) fn gone_device(class: &Path, name: &str) {
     std::fs::create_dir_all(class).unwrap();
@@ -340,6 +413,40 @@ pub(crate) fn gone_device(class: &Path, name: &str) {
 mod tests {
     use super::*;
     use crate::exposition::Format;
+
+    /// What the collectors read per scrape through [`read_attribute`]: a
+    /// FIFO or a directory is refused without blocking, a file longer than
+    /// a page is an error, invalid UTF-8 is replaced, and a fixture file
+    /// that takes several reads is read whole.
+    #[test]
+    fn attributes_are_bounded_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        std::fs::write(p("stats"), "a 1\nb 2\n").unwrap();
+        assert_eq!(read_attribute(&p("stats")).unwrap(), "a 1\nb 2\n");
+        let page = "x".repeat(ATTRIBUTE_MAX_BYTES);
+        std::fs::write(p("page"), &page).unwrap();
+        assert_eq!(read_attribute(&p("page")).unwrap(), page);
+        std::fs::write(p("huge"), "x".repeat(ATTRIBUTE_MAX_BYTES + 1)).unwrap();
+        let e = read_attribute(&p("huge")).unwrap_err();
+        assert!(
+            e.to_string().contains("longer than a sysfs attribute"),
+            "{e}"
+        );
+        std::fs::write(p("bytes"), b"ab\xffc").unwrap();
+        assert_eq!(read_attribute(&p("bytes")).unwrap(), "ab\u{fffd}c");
+        let fifo = std::ffi::CString::new(p("fifo").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = read_attribute(&p("fifo")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(read_attribute(dir.path()).is_err());
+        assert_eq!(
+            read_raw(&p("page")).unwrap().len(),
+            128,
+            "node_exporter's one read"
+        );
+    }
 
     #[test]
     fn names_are_sanitized_as_node_exporter_does() {

@@ -31,9 +31,10 @@
 //! another socket replaces during the read can be missed, for that scrape.
 
 use crate::collector::Collector;
-use crate::collectors::{Parser, Settings, Source, Spec, sockstat};
+use crate::collectors::{Parser, Settings, Source, Spec};
 use crate::error::{CollectError, ParseError, excerpt};
 use crate::exposition::{Desc, Encoder};
+use crate::kernel::sockstat;
 use crate::parse::{fields, lines, parse_fresh, u64_field};
 use crate::source::SourceFile;
 
@@ -84,7 +85,10 @@ pub fn parse_into(s: &str, out: &mut Queues) -> Result<(), ParseError> {
     if fields(header).next() != Some("sl") || !header.contains("tx_queue rx_queue") {
         return Err(ParseError::new(
             1,
-            format!("expected the \"sl local_address ...\" header, found {}", excerpt(header)),
+            format!(
+                "expected the \"sl local_address ...\" header, found {}",
+                excerpt(header)
+            ),
         ));
     }
     for (i, line) in lines.enumerate() {
@@ -103,9 +107,9 @@ pub fn parse_into(s: &str, out: &mut Queues) -> Result<(), ParseError> {
                 format!("{count} fields, {FIELDS} expected"),
             ));
         }
-        let sl = f[0]
-            .strip_suffix(':')
-            .ok_or_else(|| ParseError::new(n, format!("sl: expected N:, found {}", excerpt(f[0]))))?;
+        let sl = f[0].strip_suffix(':').ok_or_else(|| {
+            ParseError::new(n, format!("sl: expected N:, found {}", excerpt(f[0])))
+        })?;
         u64_field(sl, n, "sl")?;
         address(f[1], n, "local_address")?;
         address(f[2], n, "rem_address")?;
@@ -138,8 +142,7 @@ fn hex(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
             format!("{what}: invalid hex number {}", excerpt(tok)),
         ));
     }
-    u64::from_str_radix(tok, 16)
-        .map_err(|e| ParseError::new(line, format!("{what}: {e}")))
+    u64::from_str_radix(tok, 16).map_err(|e| ParseError::new(line, format!("{what}: {e}")))
 }
 
 /// `0100007F:C504`: an IPv4 (8 hex digits) or IPv6 (32) address and a
@@ -173,8 +176,14 @@ struct Family {
 }
 
 impl Family {
-    fn new(s: &Settings, ip: &'static str, table: &str, sockstat: &str, proto: &'static str) -> Family {
-        let real = crate::source::is_procfs(&s.procfs);
+    fn new(
+        s: &Settings,
+        ip: &'static str,
+        table: &str,
+        sockstat: &str,
+        proto: &'static str,
+    ) -> Family {
+        let real = crate::kernel::fs_kind::is_procfs(&s.procfs);
         Family {
             ip,
             table: SourceFile::new(&s.procfs, table),
@@ -302,13 +311,29 @@ mod tests {
         let line = " 1: 0100007F:0035 00000000:0000 07 0000000A:00000100 00:00000000 00000000   101        0 7 2 0000000000000000 0";
         let e = parse(&format!("{HEADER}{line} 9\n")).unwrap_err();
         assert_eq!((e.line, e.msg.as_str()), (2, "14 fields, 13 expected"));
-        let e = parse(&format!("{HEADER}{}\n", line.replace("0000000A:", "0000000A"))).unwrap_err();
+        let e = parse(&format!(
+            "{HEADER}{}\n",
+            line.replace("0000000A:", "0000000A")
+        ))
+        .unwrap_err();
         assert!(e.msg.contains("tx_queue:rx_queue"), "{}", e.msg);
-        let e = parse(&format!("{HEADER}{}\n", line.replace(":00000100", ":0000010G"))).unwrap_err();
+        let e = parse(&format!(
+            "{HEADER}{}\n",
+            line.replace(":00000100", ":0000010G")
+        ))
+        .unwrap_err();
         assert!(e.msg.contains("rx_queue"), "{}", e.msg);
-        let e = parse(&format!("{HEADER}{}\n", line.replace("0100007F:", "0100007:"))).unwrap_err();
+        let e = parse(&format!(
+            "{HEADER}{}\n",
+            line.replace("0100007F:", "0100007:")
+        ))
+        .unwrap_err();
         assert!(e.msg.contains("local_address"), "{}", e.msg);
-        let e = parse(&format!("{HEADER}{}\n", line.replace(" 7 2 ", " 99999999999999999999 2 "))).unwrap_err();
+        let e = parse(&format!(
+            "{HEADER}{}\n",
+            line.replace(" 7 2 ", " 99999999999999999999 2 ")
+        ))
+        .unwrap_err();
         assert!(e.msg.contains("inode"), "{}", e.msg);
         let e = parse(&format!("{HEADER}{}\n", line.replace(" 1:", " 1"))).unwrap_err();
         assert!(e.msg.contains("sl"), "{}", e.msg);
@@ -336,7 +361,10 @@ mod tests {
         assert_eq!(render(c.as_mut()).unwrap(), "");
         std::fs::write(dir.path().join("net/udp6"), HEADER).unwrap();
         let out = render(c.as_mut()).unwrap();
-        assert!(out.contains("node_udp_queues{ip=\"v6\",queue=\"rx\"} 0\n"), "{out}");
+        assert!(
+            out.contains("node_udp_queues{ip=\"v6\",queue=\"rx\"} 0\n"),
+            "{out}"
+        );
         assert!(!out.contains("v4"), "{out}");
         std::fs::write(dir.path().join("net/udp"), "x\n").unwrap();
         let e = render(c.as_mut()).unwrap_err();
@@ -355,7 +383,11 @@ mod tests {
             ],
         };
         for _ in 0..2 {
-            assert!(render(&mut c).unwrap().contains("{ip=\"v4\",queue=\"rx\"} 2496\n"));
+            assert!(
+                render(&mut c)
+                    .unwrap()
+                    .contains("{ip=\"v4\",queue=\"rx\"} 2496\n")
+            );
         }
         assert_eq!(c.families.map(|f| f.table_reads), [2, 2]);
     }
@@ -372,7 +404,12 @@ mod tests {
         std::thread::spawn(|| {
             // SAFETY: unshare only changes this thread's namespaces.
             let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+            assert_eq!(
+                rc,
+                0,
+                "unshare(CLONE_NEWNET): {}",
+                std::io::Error::last_os_error()
+            );
             loopback_up();
             // /proc/thread-self/net is this thread's namespace.
             let s = Settings::with_roots("/proc/thread-self", "/sys");
@@ -390,7 +427,11 @@ mod tests {
             };
             let out = render(&mut c).unwrap();
             assert!(out.contains("{ip=\"v4\",queue=\"rx\"} 0\n"), "{out}");
-            assert_eq!(reads(&c), (1, v6.then_some(1)), "the first scrape reads both tables");
+            assert_eq!(
+                reads(&c),
+                (1, v6.then_some(1)),
+                "the first scrape reads both tables"
+            );
             assert_eq!(render(&mut c).unwrap(), out);
             assert_eq!(reads(&c), (1, v6.then_some(1)), "no socket: no table read");
 
@@ -399,13 +440,24 @@ mod tests {
             let rmem = rmem_alloc(&sock);
             assert!(rmem >= 300, "SO_MEMINFO rmem_alloc {rmem}");
             let out = render(&mut c).unwrap();
-            assert_eq!(reads(&c), (2, v6.then_some(1)), "one IPv4 socket: the IPv4 table is read");
-            assert!(out.contains(&format!("{{ip=\"v4\",queue=\"rx\"}} {rmem}\n")), "{out}");
+            assert_eq!(
+                reads(&c),
+                (2, v6.then_some(1)),
+                "one IPv4 socket: the IPv4 table is read"
+            );
+            assert!(
+                out.contains(&format!("{{ip=\"v4\",queue=\"rx\"}} {rmem}\n")),
+                "{out}"
+            );
 
             drop(sock);
             let out = render(&mut c).unwrap();
             assert!(out.contains("{ip=\"v4\",queue=\"rx\"} 0\n"), "{out}");
-            assert_eq!(reads(&c), (2, v6.then_some(1)), "the socket closed: no table read");
+            assert_eq!(
+                reads(&c),
+                (2, v6.then_some(1)),
+                "the socket closed: no table read"
+            );
         })
         .join()
         .unwrap();

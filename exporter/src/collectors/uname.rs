@@ -144,7 +144,7 @@ pub struct UnameCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(UnameCollector {
         procfs: s.procfs.clone(),
-        files: if crate::source::is_procfs(&s.procfs) {
+        files: if crate::kernel::fs_kind::is_procfs(&s.procfs) {
             Default::default()
         } else {
             Part::ALL.map(|p| p.sysctl().map(|rel| SourceFile::small(&s.procfs, rel)))

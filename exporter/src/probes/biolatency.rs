@@ -20,7 +20,7 @@ use std::os::fd::OwnedFd;
 
 use super::layout::{BIOLAT_OP_NAMES, BIOLAT_SUM_WORD, BiolatHist, LOG2_HIST_BUCKETS};
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::log2_hist::{self, Slots};
+use super::log2_hist::{self, Buckets, Slots};
 use super::percpu::PerCpuHash;
 use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
@@ -80,14 +80,14 @@ pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeE
 pub fn collector(
     map: OwnedFd,
     _names: Vec<String>,
-    _settings: &ProbeSettings,
+    settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
     Ok(Box::new(BiolatencyCollector {
         hists: PerCpuHash::from_fd(MAP, map, VALUE_SIZE)?,
         sysfs: "/sys".into(),
         names: HashMap::new(),
         series: Vec::new(),
-        buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
+        buckets: Buckets::new(settings.histogram),
     }))
 }
 
@@ -121,7 +121,7 @@ struct BiolatencyCollector {
     names: HashMap<u32, String>,
     /// (dev_t, op group, summed slots, summed ns) per key, reused.
     series: Vec<(u32, u32, Slots, u64)>,
-    buckets: Vec<(f64, u64)>,
+    buckets: Buckets,
 }
 
 impl BiolatencyCollector {

@@ -178,6 +178,9 @@ pub struct ProbeSettings {
     /// `--[no-]probe.bpf-stats`: the kernel's per-program run-time
     /// statistics (off by default: they cost every BPF program on the host).
     pub bpf_stats: bool,
+    /// `--probe.histogram.bucket-factor`: which of the kernel's log2 bucket
+    /// bounds every probe histogram writes.
+    pub histogram: log2_hist::Resolution,
     /// Flag name → value, for every registered probe flag that has one.
     flags: Vec<(&'static str, ProbeFlagValue)>,
 }
@@ -188,6 +191,7 @@ impl Default for ProbeSettings {
         let mut s = ProbeSettings {
             enabled: Vec::new(),
             bpf_stats: false,
+            histogram: log2_hist::Resolution::default(),
             flags: Vec::new(),
         };
         for flag in ALL.iter().flat_map(|p| p.flags) {
@@ -258,6 +262,13 @@ pub fn add_args(cmd: Command) -> Command {
             .hide(true),
     )
     .arg(
+        Arg::new(log2_hist::FACTOR_FLAG)
+            .long(log2_hist::FACTOR_FLAG)
+            .value_parser(clap::builder::PossibleValuesParser::new(log2_hist::FACTORS))
+            .default_value(log2_hist::DEFAULT_FACTOR)
+            .help("Ratio between neighbouring bucket bounds of every probe histogram (runqlat, biolatency, softirq, reclaim): 2 writes all 25 of the kernel's log2 buckets (1 µs … 16.8 s, 28 series per histogram), 4 every second bound (15 series), 8 every third (11), 16 every fourth (9). Merged when written: counts stay exact, 8.192 ms is always a bound"),
+    )
+    .arg(
         Arg::new(loader_process::FLAG)
             .long(loader_process::FLAG)
             .action(ArgAction::SetTrue)
@@ -266,11 +277,16 @@ pub fn add_args(cmd: Command) -> Command {
 }
 
 /// The probe settings from parsed arguments: `enabled`, the global flags
-/// and every registered probe flag (given, or at its default).
+/// (`--probe.bpf-stats`, `--probe.histogram.bucket-factor`) and every
+/// registered probe flag (given, or at its default).
 pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSettings {
     let mut s = ProbeSettings {
         enabled,
         bpf_stats: m.get_flag("probe.bpf-stats"),
+        histogram: m
+            .get_one::<String>(log2_hist::FACTOR_FLAG)
+            .and_then(|f| log2_hist::Resolution::from_factor(f))
+            .unwrap_or_default(),
         ..ProbeSettings::default()
     };
     for flag in ALL.iter().flat_map(|p| p.flags) {
@@ -471,6 +487,15 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_histogram_flag_is_documented() {
+        let docs = include_str!("../../../docs/probes.md");
+        assert!(docs.contains(&format!("--{}", log2_hist::FACTOR_FLAG)));
+        let help = crate::cli::command().render_long_help().to_string();
+        assert!(help.contains(&format!("--{}", log2_hist::FACTOR_FLAG)));
+        assert!(help.contains(&format!("[default: {}]", log2_hist::DEFAULT_FACTOR)));
+    }
+
+    #[test]
     fn defaults_and_generic_values() {
         let s = ProbeSettings::default();
         assert!(s.enabled.is_empty() && !s.bpf_stats);
@@ -493,6 +518,7 @@ mod tests {
         assert_eq!(c.probes.number(runqlat::MAX_TASKS), Some(10240));
         assert!(!c.probes.switch(drops::PROTOCOL_LABEL));
         assert!(!c.probes.bpf_stats, "opt-in");
+        assert_eq!(c.probes.histogram, log2_hist::Resolution::default());
         assert_eq!(runqlat::source(&c.probes), RunqlatSource::Auto);
         assert_eq!(c.probes.enabled, ["runqlat", "cachestat", "drops"]);
         let c = crate::cli::parse([
@@ -539,6 +565,16 @@ mod tests {
         assert!(crate::cli::parse(["usescope", "--probe.cachestat.pid=0"]).is_err());
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.pid=0"]).is_err());
         assert!(crate::cli::parse(["usescope", "--probe.runqlat.source=hash"]).is_err());
+        for f in log2_hist::FACTORS {
+            let c =
+                crate::cli::parse(["usescope", &format!("--probe.histogram.bucket-factor={f}")])
+                    .unwrap();
+            assert_eq!(
+                Some(c.probes.histogram),
+                log2_hist::Resolution::from_factor(f)
+            );
+        }
+        assert!(crate::cli::parse(["usescope", "--probe.histogram.bucket-factor=3"]).is_err());
         let c =
             crate::cli::parse(["usescope", "--probe.bpf-stats", "--no-probe.bpf-stats"]).unwrap();
         assert!(!c.probes.bpf_stats, "the last one wins");

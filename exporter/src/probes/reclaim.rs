@@ -18,7 +18,7 @@ use super::layout::{
     LOG2_HIST_BUCKETS, RECLAIM_KINDS, RECLAIM_SLOTS_WORD, RECLAIM_SUM_WORD, ReclaimHists,
 };
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::log2_hist::{self, Slots};
+use super::log2_hist::{self, Buckets, Slots};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
@@ -92,17 +92,17 @@ pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeE
 pub fn collector(
     map: OwnedFd,
     _names: Vec<String>,
-    _settings: &ProbeSettings,
+    settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
     Ok(Box::new(ReclaimCollector {
         hists: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
-        buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
+        buckets: Buckets::new(settings.histogram),
     }))
 }
 
 struct ReclaimCollector {
     hists: PerCpuStruct,
-    buckets: Vec<(f64, u64)>,
+    buckets: Buckets,
 }
 
 impl Collector for ReclaimCollector {

@@ -21,7 +21,7 @@
 
 use super::layout::{LOG2_HIST_BUCKETS, RUNQLAT_MISSED_WORD, RUNQLAT_SUM_WORD, RunqlatHist};
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::log2_hist::{self, Slots};
+use super::log2_hist::{self, Buckets, Slots};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
@@ -306,7 +306,7 @@ pub fn collector(
         hist: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
         per_cpu: settings.switch(PER_CPU),
         slots: [0; LOG2_HIST_BUCKETS + 1],
-        buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
+        buckets: Buckets::new(settings.histogram),
     }))
 }
 
@@ -317,8 +317,8 @@ struct RunqlatCollector {
     per_cpu: bool,
     /// Per-bucket counts being summed, reused across scrapes.
     slots: Slots,
-    /// (le, cumulative count) handed to the encoder, reused.
-    buckets: Vec<(f64, u64)>,
+    /// The histogram writer (--probe.histogram.bucket-factor), reused.
+    buckets: Buckets,
 }
 
 impl Collector for RunqlatCollector {

@@ -15,7 +15,7 @@ use super::layout::{
     SOFTIRQ_TIME_WORD, SOFTIRQ_VECS, SoftirqCounts,
 };
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::log2_hist::{self, Slots};
+use super::log2_hist::{self, Buckets, Slots};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
 use crate::collector::Collector;
@@ -87,12 +87,12 @@ pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeE
 pub fn collector(
     map: OwnedFd,
     _names: Vec<String>,
-    _settings: &ProbeSettings,
+    settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
     Ok(Box::new(SoftirqCollector {
         counts: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
         slots: [[0; LOG2_HIST_BUCKETS + 1]; SOFTIRQ_VECS],
-        buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
+        buckets: Buckets::new(settings.histogram),
     }))
 }
 
@@ -100,7 +100,7 @@ struct SoftirqCollector {
     counts: PerCpuStruct,
     /// Latency slots per vector, summed over CPUs; reused.
     slots: [Slots; SOFTIRQ_VECS],
-    buckets: Vec<(f64, u64)>,
+    buckets: Buckets,
 }
 
 impl Collector for SoftirqCollector {

@@ -16,11 +16,12 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::walk::{list_dirs, open_dir_at, stat_at, stat_fd};
+use crate::kernel::fs_kind::{is_cgroup_fs_magic, magic_of_fd};
 
 /// Most entries of the cgroup root examined: a v1 host has about a dozen.
 pub const MAX_ROOT_ENTRIES: usize = 64;
@@ -28,9 +29,6 @@ pub const MAX_ROOT_ENTRIES: usize = 64;
 /// Hierarchies used at most: one per kind of figure (CPU usage, CFS,
 /// memory, I/O, pids, PSI).
 pub const MAX_HIERARCHIES: usize = 6;
-
-const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 /// A file the collector reads in each selected cgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,10 +254,7 @@ pub fn discover(root: &Path) -> io::Result<Vec<Hierarchy>> {
             },
             name: cand.name,
             ino: st.st_ino,
-            kernel: matches!(
-                fs_magic(cand.fd.as_fd()),
-                Some(CGROUP_SUPER_MAGIC | CGROUP2_SUPER_MAGIC)
-            ),
+            kernel: magic_of_fd(cand.fd.as_fd()).is_some_and(is_cgroup_fs_magic),
             fd: cand.fd,
             files,
             v2_cpu_usage,
@@ -267,14 +262,6 @@ pub fn discover(root: &Path) -> io::Result<Vec<Hierarchy>> {
         });
     }
     Ok(out)
-}
-
-fn fs_magic(fd: BorrowedFd<'_>) -> Option<i64> {
-    // SAFETY: statfs is plain C data; all-zero is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs writes into the struct we own; the fd is borrowed.
-    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
-    (rc == 0).then_some(st.f_type as i64)
 }
 
 #[cfg(test)]

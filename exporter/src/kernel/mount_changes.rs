@@ -40,7 +40,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::absence::{self, Epoch};
-use crate::source::{is_procfs, is_sysfs};
+use crate::kernel::fs_kind::{is_procfs, is_sysfs};
 
 /// Beyond this many ext4 superblocks, watching their error counters (one
 /// descriptor and one read each per scrape) would cost more than reading

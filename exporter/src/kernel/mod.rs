@@ -1,0 +1,13 @@
+//! The kernel-file layer: how sources under procfs, sysfs and cgroupfs are
+//! found, opened, read and parsed, shared by every collector. Nothing here
+//! knows a metric; collectors build on it and never on each other.
+
+pub mod btrfs_ioctl;
+pub mod fs_kind;
+pub mod go_compat;
+pub mod mount_changes;
+pub mod mountinfo;
+pub mod proc_stat;
+pub mod psi;
+pub mod rpc_stats;
+pub mod sockstat;
