@@ -299,12 +299,17 @@ fn cgroups_past_the_cap_fold_into_other_and_count_as_overflow() {
 }
 
 #[test]
-fn a_removed_cgroup_disappears() {
+fn a_removed_cgroup_disappears_and_frees_its_slot() {
     if !can_run_bpf() {
         return;
     }
     let _g = serial();
-    let Some(d) = start(&[]) else { return };
+    // Two slots: the root cgroup's and one more (as in the cap test, this
+    // host's other cpu cgroups are idle), so the next cgroup gets a series
+    // only if the removed one's slot was freed.
+    let Some(d) = start(&["--probe.runqlat.max-cgroups=2"]) else {
+        return;
+    };
     let mut c = CpuCgroup::create("gone");
     let label = c.label.clone();
     c.spawn("while :; do sleep 0.01; done");
@@ -327,5 +332,15 @@ fn a_removed_cgroup_disappears() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    let mut next = CpuCgroup::create("next");
+    next.spawn("while :; do sleep 0.01; done");
+    std::thread::sleep(Duration::from_secs(1));
+    let expo = d.scrape();
+    assert!(
+        stat(&expo, &next.label, "count").is_some(),
+        "{} got no slot after {label}'s was freed",
+        next.label
+    );
+    drop(next);
     assert!(d.stop().success());
 }

@@ -299,7 +299,11 @@ pub fn collector(
         let hist = map
             .try_clone()
             .map_err(|e| format!("duplicating the fd of {MAP}: {e}"))?;
-        Some(cgroup::CgroupHist::new(&names, hist)?)
+        Some(cgroup::CgroupHist::new(
+            &names,
+            hist,
+            Buckets::new(settings.histogram),
+        )?)
     };
     Ok(Box::new(RunqlatCollector {
         cgroups,

@@ -39,7 +39,7 @@ use crate::collectors::cgroup::labels::{MAX_LABEL_BYTES, escape_into, workload_i
 use crate::error::CollectError;
 use crate::exposition::{Desc, Encoder};
 use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
-use crate::probes::log2_hist::{self, Slots};
+use crate::probes::log2_hist::{self, Buckets, Slots};
 use crate::probes::percpu::PerCpuStruct;
 use crate::probes::sys;
 
@@ -287,14 +287,15 @@ pub struct CgroupHist {
     /// Scratch, reused.
     keys: Vec<u64>,
     order: Vec<String>,
-    buckets: Vec<(f64, u64)>,
+    buckets: Buckets,
 }
 
 impl CgroupHist {
     /// In the daemon, before privileges are dropped: `names` is what
     /// `load` sent (the ids of [`MAP`], [`SLOT_MAP`] and [`FREE_MAP`],
-    /// hierarchy kind, root); `hist` a new fd of us_rq_hist.
-    pub fn new(names: &[String], hist: OwnedFd) -> Result<CgroupHist, String> {
+    /// hierarchy kind, root); `hist` a new fd of us_rq_hist; `buckets` the
+    /// host histogram's resolution.
+    pub fn new(names: &[String], hist: OwnedFd, buckets: Buckets) -> Result<CgroupHist, String> {
         let [hists, slots, free, by, root] = names else {
             return Err(format!(
                 "the probe loader sent {names:?} for the per-cgroup maps"
@@ -327,7 +328,7 @@ impl CgroupHist {
             overflow_total: 0,
             keys: Vec::new(),
             order: Vec::new(),
-            buckets: Vec::with_capacity(LOG2_HIST_BUCKETS),
+            buckets,
         })
     }
 
