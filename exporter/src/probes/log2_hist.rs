@@ -55,7 +55,7 @@ impl Resolution {
 
     /// Whether kernel bucket `k` is written as a bound of its own.
     pub fn keeps(self, k: usize) -> bool {
-        k.abs_diff(ANCHOR) % self.step == 0
+        k.abs_diff(ANCHOR).is_multiple_of(self.step)
     }
 
     /// Series per histogram: the bounds kept, `+Inf`, `_sum` and `_count`.
