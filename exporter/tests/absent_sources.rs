@@ -11,7 +11,7 @@ use std::path::Path;
 
 use common::host::{DeleteLink, Unmount, run};
 
-use usescope::absence::{Epoch, Memo, Watch};
+use usescope::kernel::absence::{Epoch, Memo, Watch};
 
 /// The library side: a uevent moves the epoch, so the memo forgets. Without
 /// one, the memo holds (retried: another process may send a uevent at any

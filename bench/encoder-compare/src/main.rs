@@ -25,9 +25,9 @@ mod pc;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use usescope::collector::Collector;
 use usescope::collectors::{self, Settings};
-use usescope::exposition::{Encoder, Format};
+use usescope::scrape::collector::Collector;
+use usescope::scrape::exposition::{Encoder, Format};
 
 use model::Chunk;
 
