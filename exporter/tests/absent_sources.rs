@@ -1,6 +1,6 @@
 //! Absent sources are remembered until the kernel could have created them,
 //! and listings of device directories are replayed until a uevent
-//! (exporter/src/absence.rs): a source that appears must still be seen.
+//! (exporter/src/kernel/absence.rs): a source that appears must still be seen.
 //! Both signals are exercised for real, as root: uevents (written to a
 //! device's `uevent` file, or sent by creating a network interface) and a
 //! mount.
