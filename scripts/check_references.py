@@ -15,7 +15,7 @@ What counts as a reference to a repository file:
     repository (docs/probes.md, exporter/src/, scripts/setup.sh);
   - a file name or relative path ending in an extension that repository
     files use (.rs, .md, .py, .sh, .toml, .yml, ...): ARCHITECTURE.md,
-    collectors/cpu.rs, src/server.rs.
+    collectors/cpu.rs, src/web/server.rs.
 Absolute paths (/proc/stat, /sys/class/net, /etc/usescope) are paths on
 the monitored host, not in the repository, and are never references;
 neither are URLs.

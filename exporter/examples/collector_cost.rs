@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use usescope::collectors::{self, FlagValue, Settings};
-use usescope::exposition::{Encoder, Format};
+use usescope::scrape::exposition::{Encoder, Format};
 
 fn main() {
     let mut args = std::env::args().skip(1);

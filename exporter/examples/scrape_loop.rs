@@ -8,10 +8,10 @@
 
 use std::time::Instant;
 
-use usescope::collector::Scraper;
 use usescope::collectors::{self, Settings};
-use usescope::exposition::Format;
-use usescope::self_metrics::SelfMetrics;
+use usescope::scrape::collector::Scraper;
+use usescope::scrape::exposition::Format;
+use usescope::scrape::self_metrics::SelfMetrics;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -23,7 +23,7 @@ fn main() {
     let settings = Settings::with_roots(procfs, "/sys");
     let mut scraper = Scraper::new(SelfMetrics::new());
     // As the daemon does: absent sources are not looked up on every scrape.
-    scraper.watch_for_appearing_sources(usescope::absence::Watch::new(
+    scraper.watch_for_appearing_sources(usescope::kernel::absence::Watch::new(
         &settings.procfs,
         &settings.sysfs,
     ));

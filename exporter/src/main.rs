@@ -10,11 +10,11 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 use usescope::cli::{self, Config, LogFormat};
-use usescope::collector::Scraper;
-use usescope::log_throttle::Throttle;
-use usescope::self_metrics::SelfMetrics;
-use usescope::server::{self, Limits, WebState};
-use usescope::web_config::WebConfig;
+use usescope::scrape::collector::Scraper;
+use usescope::scrape::self_metrics::SelfMetrics;
+use usescope::web::log_throttle::Throttle;
+use usescope::web::server::{self, Limits, WebState};
+use usescope::web::web_config::WebConfig;
 use usescope::{collectors, http, privileges, probes};
 
 fn main() -> ExitCode {
@@ -180,7 +180,7 @@ fn start(config: &Config) -> Result<Started, String> {
     let mut scraper = Scraper::new(
         SelfMetrics::new().with_node_exporter_build_info(config.node_exporter_build_info),
     );
-    scraper.watch_for_appearing_sources(usescope::absence::Watch::new(
+    scraper.watch_for_appearing_sources(usescope::kernel::absence::Watch::new(
         &config.settings.procfs,
         &config.settings.sysfs,
     ));

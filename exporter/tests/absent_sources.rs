@@ -1,6 +1,6 @@
 //! Absent sources are remembered until the kernel could have created them,
 //! and listings of device directories are replayed until a uevent
-//! (exporter/src/absence.rs): a source that appears must still be seen.
+//! (exporter/src/kernel/absence.rs): a source that appears must still be seen.
 //! Both signals are exercised for real, as root: uevents (written to a
 //! device's `uevent` file, or sent by creating a network interface) and a
 //! mount.
@@ -11,7 +11,7 @@ use std::path::Path;
 
 use common::host::{DeleteLink, Unmount, run};
 
-use usescope::absence::{Epoch, Memo, Watch};
+use usescope::kernel::absence::{Epoch, Memo, Watch};
 
 /// The library side: a uevent moves the epoch, so the memo forgets. Without
 /// one, the memo holds (retried: another process may send a uevent at any

@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use aya::maps::Map;
 use common::{can_run_bpf, sample, skip, udp_to_closed_port_on};
-use usescope::collector::Collector;
-use usescope::exposition::{Encoder, Format};
 use usescope::probes::drops::{self, DropsCollector};
 use usescope::probes::layout::{DROPS_SLOTS, DROPS_USED_WORDS};
 use usescope::probes::{Kernel, Loaded, ProbeFlagValue, ProbeSettings};
+use usescope::scrape::collector::Collector;
+use usescope::scrape::exposition::{Encoder, Format};
 
 /// The probe attached (kept alive by the returned `Loaded`) and the
 /// daemon's collector over its map.

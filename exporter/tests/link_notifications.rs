@@ -1,6 +1,6 @@
 //! netclass reads most of an interface's sysfs attributes again only after
 //! an rtnetlink link notification names the interface
-//! (exporter/src/link_events.rs). Against the real daemon and kernel, as
+//! (exporter/src/kernel/link_events.rs). Against the real daemon and kernel, as
 //! root: every kind of change an operator makes must show at the next
 //! scrape, the attributes must really be skipped between changes (or the
 //! saving is gone), and a sysfs mounted from another network namespace,

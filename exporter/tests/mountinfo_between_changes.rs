@@ -1,5 +1,5 @@
 //! The filesystem collector reads mountinfo only when the mount table may
-//! have changed (exporter/src/collectors/mount_changes.rs). Against the real
+//! have changed (exporter/src/kernel/mount_changes.rs). Against the real
 //! daemon and kernel, as root, each way the table changes must show at the
 //! next scrape, and a scrape with no change must really skip the read (or
 //! the saving is gone):

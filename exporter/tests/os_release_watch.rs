@@ -1,6 +1,6 @@
 //! The os collector stats os-release only when an inotify watch on its
 //! directories, or the absence epoch, says something may have changed
-//! (exporter/src/file_watch.rs). Against the real daemon on a rootfs of our
+//! (exporter/src/kernel/file_watch.rs). Against the real daemon on a rootfs of our
 //! own: each way an upgrade or an administrator changes the file must show
 //! at the next scrape.
 

@@ -243,8 +243,8 @@ fn the_raw_tp_fallback_counts_too() {
     use std::os::fd::AsFd;
 
     use aya::maps::Map;
-    use usescope::exposition::{Encoder, Format};
     use usescope::probes::{Kernel, ProbeSettings, exits, loader};
+    use usescope::scrape::exposition::{Encoder, Format};
 
     if !can_run_bpf() {
         return;

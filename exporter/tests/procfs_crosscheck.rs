@@ -21,15 +21,15 @@ use procfs::net::{InterfaceDeviceStatus, Snmp, Snmp6};
 use procfs::{DiskStats, FromBufRead, FromBufReadSI, FromRead, KernelStats, LoadAverage};
 use procfs::{Meminfo, VmStat, current_system_info};
 use usescope::collectors::{diskstats, loadavg, meminfo, netdev, netstat, vmstat};
-use usescope::exposition::Value;
+use usescope::kernel::parse::parse_fresh;
 use usescope::kernel::proc_stat;
-use usescope::parse::parse_fresh;
+use usescope::scrape::exposition::Value;
 
 /// A parser's whole output as a Vec, panicking with `ctx` on an error.
 fn all<'t, T>(
     text: &'t str,
     ctx: &str,
-    parse_into: fn(&'t str, &mut Vec<T>) -> Result<(), usescope::error::ParseError>,
+    parse_into: fn(&'t str, &mut Vec<T>) -> Result<(), usescope::kernel::error::ParseError>,
 ) -> Vec<T> {
     let mut out = Vec::new();
     parse_into(text, &mut out).unwrap_or_else(|e| panic!("{ctx}: usescope: {e}"));

@@ -26,7 +26,7 @@ const ATTACKER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const HASH_COST10: &str = "$2b$10$TiTy34dSmvSaEvVc3DS7cOlcx7OzvNer1a6RB5AiXk.KwJhvXGyxy";
 const HASH_COST12: &str = "$2b$12$oyupwV70Yn0SLk9zDSQXnuq9K/UQkRlQMfT58EeBroma.9Ze.mnO2";
 
-/// `Limits::default()` in src/server.rs.
+/// `Limits::default()` in src/web/server.rs.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 

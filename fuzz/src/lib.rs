@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::sync::OnceLock;
 
 use usescope::collectors;
-use usescope::error::ParseError;
+use usescope::kernel::error::ParseError;
 use usescope::probes::btf;
 
 /// A parser's whole-file entry point, as the registry declares it.
@@ -105,7 +105,7 @@ pub fn run_bytes(target: &Target, data: &[u8]) {
 }
 
 fn self_stat(s: &str) -> Result<(), ParseError> {
-    black_box(usescope::self_metrics::parse_proc_self_stat(s));
+    black_box(usescope::scrape::self_metrics::parse_proc_self_stat(s));
     Ok(())
 }
 

@@ -21,12 +21,12 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use tower_service::Service;
-use usescope::collector::Scraper;
 use usescope::collectors::{self, Settings};
-use usescope::http::{self, AppState, RequestLimits};
-use usescope::self_metrics::SelfMetrics;
-use usescope::server::{self, Limits, WebState};
-use usescope::web_config::WebConfig;
+use usescope::scrape::collector::Scraper;
+use usescope::scrape::self_metrics::SelfMetrics;
+use usescope::web::http::{self, AppState, RequestLimits};
+use usescope::web::server::{self, Limits, WebState};
+use usescope::web::web_config::WebConfig;
 
 /// The fixture tree the scraper reads, relative to this file.
 const PROCFS: &str = concat!(

@@ -18,6 +18,11 @@ usescope has more series than node_exporter, and the fleet totals at 1,000
 and 10,000 hosts with a 15 s scrape interval.
 
 usage: series_budget.py [--usescope PATH] [--node-exporter PATH] [--json OUT]
+                        [--usescope-flag FLAG ...] [--hosts vm,large,kubernetes]
+
+--usescope-flag adds a flag to every usescope run, to measure a setting
+against the defaults (--usescope-flag=--probe.histogram.bucket-factor=2 is
+the probe histograms at full resolution).
 """
 
 import argparse
@@ -97,9 +102,9 @@ def families(page):
     return out
 
 
-def measure(usescope, node_exporter, paths, logdir, name, probes):
+def measure(usescope, node_exporter, paths, logdir, name, probes, flags=()):
     p = free_port()
-    u_page = scrape_once([usescope, f"--web.listen-address=127.0.0.1:{p}", *PROBES_OFF, *paths], p, logdir,
+    u_page = scrape_once([usescope, f"--web.listen-address=127.0.0.1:{p}", *PROBES_OFF, *flags, *paths], p, logdir,
                          f"usescope-{name}")
     p = free_port()
     # node_exporter's netdev asks the running kernel over netlink by default,
@@ -107,7 +112,8 @@ def measure(usescope, node_exporter, paths, logdir, name, probes):
     tree_only = ["--no-collector.netdev.netlink"] if paths else []
     n_page = scrape_once([node_exporter, f"--web.listen-address=127.0.0.1:{p}", *tree_only, *paths], p, logdir,
                          f"node_exporter-{name}")
-    row = {"usescope": stats(u_page), "node_exporter": stats(n_page), "families": diff(u_page, n_page)}
+    row = {"usescope": stats(u_page), "node_exporter": stats(n_page), "families": diff(u_page, n_page),
+           "zoneinfo": zoneinfo_parts(u_page)}
     if tree_only:
         # Read from /proc/net/dev, node_exporter has no receive_nohandler
         # (netlink has it, and on the live host both exporters export it):
@@ -118,7 +124,7 @@ def measure(usescope, node_exporter, paths, logdir, name, probes):
         row["families"] = [(f, d) for f, d in row["families"] if f != NOHANDLER]
     if probes:
         p = free_port()
-        with_probes = scrape_once([usescope, f"--web.listen-address=127.0.0.1:{p}", *paths], p, logdir,
+        with_probes = scrape_once([usescope, f"--web.listen-address=127.0.0.1:{p}", *flags, *paths], p, logdir,
                                   f"usescope-probes-{name}", settle_s=5)
         row["usescope_probes"] = stats(with_probes)
         probe_fams = {f: n for f, n in families(with_probes).items() if f not in families(u_page)}
@@ -126,6 +132,34 @@ def measure(usescope, node_exporter, paths, logdir, name, probes):
         row["probe_bytes"] = len(with_probes.encode()) - len(u_page.encode())
         row["probe_families"] = probe_fams
     return row
+
+
+def zoneinfo_parts(page):
+    """usescope's zoneinfo series split by what a cut could leave out: the
+    zones with no pages (`present 0`), then of the others the per-node
+    counters the kernel prints under each node's first zone (nr_* but
+    nr_free_pages), numa_* and protection_*; the rest (free pages,
+    watermarks, sizes) is what the rules and dashboards read."""
+    zone = {}
+    for m in re.finditer(r'^node_zoneinfo_(\w+)\{node="([^"]*)",zone="([^"]*)"\} (\S+)', page, re.M):
+        zone.setdefault((m.group(2), m.group(3)), []).append((m.group(1), m.group(4)))
+    parts = Counter()
+    for fields in zone.values():
+        empty = ("present_pages", "0") in fields
+        for field, _ in fields:
+            if empty:
+                parts["empty_zones"] += 1
+            elif field.startswith("nr_") and field != "nr_free_pages":
+                parts["node_counters"] += 1
+            elif field.startswith("numa_"):
+                parts["numa"] += 1
+            elif field.startswith("protection_"):
+                parts["protection"] += 1
+            else:
+                parts["read_by_rules"] += 1
+    parts["zones"] = len(zone)
+    parts["empty"] = sum(1 for f in zone.values() if ("present_pages", "0") in f)
+    return dict(parts)
 
 
 def stats(page):
@@ -136,8 +170,11 @@ def stats(page):
 
 def group(family):
     """The collector (or probe) a family comes from, for the summary."""
+    # Probe series are counted apart (probe_series): the page these
+    # families come from has the probes off, so a usescope_ family here is
+    # the daemon's own (build info) or a collector's (usescope_tasks).
     if family.startswith("usescope_"):
-        return "probes" if not family.startswith("usescope_build") else "self"
+        return "self" if family.startswith("usescope_build") else "other"
     m = re.match(r"node_(softirqs|zoneinfo|vmstat|scrape_collector|network|cpu|netstat|disk|filesystem)_", family)
     return m.group(1) if m else "other"
 
@@ -153,17 +190,24 @@ def main():
     ap.add_argument("--node-exporter",
                     default=str(Path(os.environ.get("GOPATH", Path.home() / "go")) / "bin" / "node_exporter"))
     ap.add_argument("--json")
+    ap.add_argument("--usescope-flag", action="append", default=[], metavar="FLAG",
+                    help="a flag for every usescope run (repeatable)")
+    ap.add_argument("--hosts", default="vm,large,kubernetes",
+                    help="which hosts (the synthetic ones use vm's probe series, so vm is always measured)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="usescope-series-budget-"))
     try:
         results = {}
-        results["vm"] = measure(a.usescope, a.node_exporter, [], work, "vm", probes=True)
+        flags = a.usescope_flag
+        results["vm"] = measure(a.usescope, a.node_exporter, [], work, "vm", probes=True, flags=flags)
         for name, shape in {"large": dict(cpus=1024, disks=1000, nics=5000, nodes=4),
                             "kubernetes": dict(cpus=32, disks=4, nics=2, veths=500, nodes=2)}.items():
+            if name not in a.hosts.split(","):
+                continue
             tree = hosttree.build_tree(work / name, **shape)
             paths = [f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}",
                      f"--path.rootfs={tree / 'rootfs'}"]
-            results[name] = measure(a.usescope, a.node_exporter, paths, work, name, probes=False)
+            results[name] = measure(a.usescope, a.node_exporter, paths, work, name, probes=False, flags=flags)
             shutil.rmtree(tree)
         report(results)
         if a.json:
@@ -205,6 +249,11 @@ def report(results):
         print(f"{name}: ratio with probes {up / n:.2f}; without softirqs {(up - groups['softirqs']) / n:.2f}, "
               f"without zoneinfo {(up - groups['zoneinfo']) / n:.2f}, "
               f"without both {(up - groups['softirqs'] - groups['zoneinfo']) / n:.2f}")
+        z = r.get("zoneinfo", {})
+        print(f"{name}: zoneinfo {sum(v for k, v in z.items() if k not in ('zones', 'empty'))} series in "
+              f"{z.get('zones', 0)} zones: {z.get('empty_zones', 0)} of the {z.get('empty', 0)} empty zones, "
+              f"{z.get('node_counters', 0)} per-node counters, {z.get('numa', 0)} numa_*, "
+              f"{z.get('protection', 0)} protection_*, {z.get('read_by_rules', 0)} free pages, watermarks and sizes")
         top = ", ".join(f"{f} +{d}" for f, d in r["families"][:8])
         print(f"{name}: largest families: {top}")
     print()

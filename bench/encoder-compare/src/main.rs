@@ -1,5 +1,5 @@
 //! The encoder decision, measured: the same scrape written by usescope's
-//! own encoder (exporter/src/exposition.rs) and by prometheus-client's
+//! own encoder (exporter/src/scrape/exposition.rs) and by prometheus-client's
 //! Collector / DescriptorEncoder API (BENCHMARKS.md, "The encoder").
 //!
 //! The real collectors run once on a tree (the checked-in fixture by
@@ -25,9 +25,9 @@ mod pc;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use usescope::collector::Collector;
 use usescope::collectors::{self, Settings};
-use usescope::exposition::{Encoder, Format};
+use usescope::scrape::collector::Collector;
+use usescope::scrape::exposition::{Encoder, Format};
 
 use model::Chunk;
 

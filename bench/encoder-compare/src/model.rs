@@ -2,7 +2,7 @@
 //! own text 0.0.4 output. Both encoders are fed from this model, so they
 //! write exactly the same families, samples and values.
 
-use usescope::exposition::{MetricType, Value};
+use usescope::scrape::exposition::{MetricType, Value};
 
 pub type Labels = Vec<(&'static str, &'static str)>;
 
@@ -70,7 +70,7 @@ pub fn parse(collector: &'static str, text: &str) -> Result<Chunk, String> {
             families.push(Family {
                 name: leak(name.to_string()),
                 help,
-                help_plain: usescope::exposition::help_is_plain(help),
+                help_plain: usescope::scrape::exposition::help_is_plain(help),
                 kind,
                 members: Vec::new(),
             });

@@ -2,7 +2,7 @@
 //! one reused buffer, a mark before each collector (where a failed
 //! collector's output would be cut off again), `family` then samples.
 
-use usescope::exposition::{Desc, Encoder, Format};
+use usescope::scrape::exposition::{Desc, Encoder, Format};
 
 use crate::model::{Chunk, Member};
 

@@ -23,7 +23,7 @@ use prometheus_client::encoding::text::{encode, encode_eof, encode_registry};
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType as PcType;
 use prometheus_client::registry::Registry;
-use usescope::exposition::{MetricType, Value};
+use usescope::scrape::exposition::{MetricType, Value};
 
 use crate::model::{Chunk, Family, Member};
 

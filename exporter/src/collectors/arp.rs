@@ -15,12 +15,12 @@
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, recycle};
-use crate::source::{Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, lines, recycle};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const INCLUDE: &str = "collector.arp.device-include";
 pub const EXCLUDE: &str = "collector.arp.device-exclude";
@@ -82,7 +82,10 @@ pub fn parse_into<'t>(s: &'t str, out: &mut Vec<Device<'t>>) -> Result<(), Parse
     if !fields(header).eq(HEADER) {
         return Err(ParseError::new(
             1,
-            format!("expected the \"IP address  HW type ...\" header, found {}", excerpt(header)),
+            format!(
+                "expected the \"IP address  HW type ...\" header, found {}",
+                excerpt(header)
+            ),
         ));
     }
     for (i, line) in lines.enumerate() {
@@ -112,7 +115,10 @@ pub fn parse_into<'t>(s: &'t str, out: &mut Vec<Device<'t>>) -> Result<(), Parse
         }
         hex_0x(hw_type, n, "HW type")?;
         if hex_0x(flags, n, "Flags")? > 0xff {
-            return Err(ParseError::new(n, format!("Flags: {} is above 0xff", excerpt(flags))));
+            return Err(ParseError::new(
+                n,
+                format!("Flags: {} is above 0xff", excerpt(flags)),
+            ));
         }
         if !is_hw_address(hw_addr) {
             return Err(ParseError::new(
@@ -143,9 +149,9 @@ fn hex_0x(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
 /// `dev->addr_len` bytes (6 for Ethernet, 20 for InfiniBand).
 fn is_hw_address(tok: &str) -> bool {
     !tok.is_empty()
-        && tok.split(':').all(|pair| {
-            pair.len() == 2 && pair.bytes().all(|b| b.is_ascii_hexdigit())
-        })
+        && tok
+            .split(':')
+            .all(|pair| pair.len() == 2 && pair.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// node_exporter's device filter: a device is left out if the exclude
@@ -213,7 +219,8 @@ mod tests {
         "IP address       HW type     Flags       HW address            Mask     Device\n";
     /// Captured in a network namespace with a veth pair, a bridge, a
     /// permanent entry and two unanswered neighbours.
-    const NETNS: &str = "IP address       HW type     Flags       HW address            Mask     Device
+    const NETNS: &str =
+        "IP address       HW type     Flags       HW address            Mask     Device
 10.9.1.7         0x1         0x2         02:00:00:00:01:07     *        br0
 10.9.1.99        0x1         0x0         00:00:00:00:00:00     *        br0
 10.9.0.77        0x1         0x0         00:00:00:00:00:00     *        va
@@ -246,13 +253,22 @@ mod tests {
         assert!(parse("IP address\n").unwrap_err().msg.contains("header"));
         let e = parse(&format!("{HEAD}10.0.0.1 0x1 0x2 00:11:22:33:44:55 *\n")).unwrap_err();
         assert_eq!((e.line, e.msg.as_str()), (2, "missing field Device"));
-        let e = parse(&format!("{HEAD}10.0.0.1 0x1 0x2 00:11:22:33:44:55 * eth0 x\n")).unwrap_err();
+        let e = parse(&format!(
+            "{HEAD}10.0.0.1 0x1 0x2 00:11:22:33:44:55 * eth0 x\n"
+        ))
+        .unwrap_err();
         assert!(e.msg.contains("extra"), "{}", e.msg);
-        let e = parse(&format!("{HEAD}10.0.0.300 0x1 0x2 00:11:22:33:44:55 * eth0\n")).unwrap_err();
+        let e = parse(&format!(
+            "{HEAD}10.0.0.300 0x1 0x2 00:11:22:33:44:55 * eth0\n"
+        ))
+        .unwrap_err();
         assert!(e.msg.contains("IP address"), "{}", e.msg);
         let e = parse(&format!("{HEAD}10.0.0.1 1 0x2 00:11:22:33:44:55 * eth0\n")).unwrap_err();
         assert!(e.msg.contains("HW type"), "{}", e.msg);
-        let e = parse(&format!("{HEAD}10.0.0.1 0x1 0x200 00:11:22:33:44:55 * eth0\n")).unwrap_err();
+        let e = parse(&format!(
+            "{HEAD}10.0.0.1 0x1 0x200 00:11:22:33:44:55 * eth0\n"
+        ))
+        .unwrap_err();
         assert!(e.msg.contains("Flags"), "{}", e.msg);
         let e = parse(&format!("{HEAD}10.0.0.1 0x1 0x2 00:11:22:33:44:5 * eth0\n")).unwrap_err();
         assert!(e.msg.contains("HW address"), "{}", e.msg);
@@ -283,7 +299,11 @@ mod tests {
         // Both: excluded, or not included, is left out.
         assert_eq!(with_filter(Some("^v"), Some("a$")), "");
         let s = Settings::with_roots(fixture("proc"), "/nonexistent");
-        assert!(render(build(&s).as_mut()).unwrap().ends_with("node_arp_entries{device=\"eth0\"} 1\n"));
+        assert!(
+            render(build(&s).as_mut())
+                .unwrap()
+                .ends_with("node_arp_entries{device=\"eth0\"} 1\n")
+        );
         let absent = Settings::with_roots("/nonexistent-usescope", "/nonexistent");
         assert_eq!(render(build(&absent).as_mut()).unwrap(), "");
     }

@@ -19,15 +19,15 @@
 
 use std::path::Path;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{
     DeviceError, Families, read_parsed, read_parsed_if_present, settle,
 };
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{lines, parse_fresh};
-use crate::source::Dir;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{lines, parse_fresh};
+use crate::kernel::source::Dir;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const PRIORITY_STATS: &str = "collector.bcache.priorityStats";
 
@@ -214,7 +214,7 @@ pub fn parse_priority_stats_into(text: &str, out: &mut PriorityStats) -> Result<
         {
             // Not exported, but numbers the kernel writes: checked, so a
             // corrupted file is noticed (procfs ignores these lines).
-            crate::parse::u64_field(rest.trim(), n, "priority_stats value")?;
+            crate::kernel::parse::u64_field(rest.trim(), n, "priority_stats value")?;
             continue;
         } else {
             continue;

@@ -21,16 +21,16 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::absence;
-use crate::collector::Collector;
 use crate::collectors::sysfs::{
     DeviceError, Families, io_error, read_attribute, read_parsed_if_present, sanitize_metric_name,
     settle,
 };
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{lines, parse_fresh, u64_field};
+use crate::kernel::absence;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{lines, parse_fresh, u64_field};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "bcachefs",

@@ -16,12 +16,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, parse_fresh};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, lines, parse_fresh};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "bonding",
@@ -183,21 +183,29 @@ impl Master {
         let (mut configured, mut active) = (0, 0);
         for name in &self.slave_names {
             let master = &self.name;
-            let slave = entry(&mut self.slaves, name, |s| &s.name, || Slave {
-                name: name.clone(),
-                lower: SourceFile::attribute(
-                    net,
-                    format!("{master}/lower_{name}/bonding_slave/mii_status"),
-                ),
-                older: SourceFile::attribute(
-                    net,
-                    format!("{master}/slave_{name}/bonding_slave/mii_status"),
-                ),
-                seen: 0,
-            });
+            let slave = entry(
+                &mut self.slaves,
+                name,
+                |s| &s.name,
+                || Slave {
+                    name: name.clone(),
+                    lower: SourceFile::attribute(
+                        net,
+                        format!("{master}/lower_{name}/bonding_slave/mii_status"),
+                    ),
+                    older: SourceFile::attribute(
+                        net,
+                        format!("{master}/slave_{name}/bonding_slave/mii_status"),
+                    ),
+                    seen: 0,
+                },
+            );
             slave.seen = scrape;
             let mut up = false;
-            let found = match slave.lower.parse_with(|t| parse_mii_status_into(t, &mut up))? {
+            let found = match slave
+                .lower
+                .parse_with(|t| parse_mii_status_into(t, &mut up))?
+            {
                 Some(()) => true,
                 None => slave
                     .older
@@ -230,12 +238,21 @@ impl Collector for BondingCollector {
         }
         for name in &self.names {
             let net = &self.net;
-            let m = entry(&mut self.masters, name, |m| &m.name, || Master::new(net, name));
+            let m = entry(
+                &mut self.masters,
+                name,
+                |m| &m.name,
+                || Master::new(net, name),
+            );
             m.seen = scrape;
             m.read(net, scrape)?;
         }
         self.masters.retain(|m| m.seen == scrape);
-        let present = || self.masters.iter().filter_map(|m| Some((&m.name, m.counts?)));
+        let present = || {
+            self.masters
+                .iter()
+                .filter_map(|m| Some((&m.name, m.counts?)))
+        };
         if present().next().is_none() {
             return Ok(());
         }
@@ -322,12 +339,21 @@ mod tests {
         // eth2 released during the scrape: no status file.
         let mut c = build(&Settings::with_roots("/nonexistent", dir.path()));
         let out = render(c.as_mut()).unwrap();
-        assert!(out.contains("node_bonding_slaves{master=\"bond0\"} 2\n"), "{out}");
-        assert!(out.contains("node_bonding_active{master=\"bond0\"} 2\n"), "{out}");
+        assert!(
+            out.contains("node_bonding_slaves{master=\"bond0\"} 2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("node_bonding_active{master=\"bond0\"} 2\n"),
+            "{out}"
+        );
         assert!(!out.contains("gone"), "{out}");
         w("bond0/lower_eth0/bonding_slave/mii_status", "sideways?\n");
         let e = render(c.as_mut()).unwrap_err();
-        assert_eq!(e.file, net.join("bond0/lower_eth0/bonding_slave/mii_status"));
+        assert_eq!(
+            e.file,
+            net.join("bond0/lower_eth0/bonding_slave/mii_status")
+        );
         w("bonding_masters", "");
         assert_eq!(render(c.as_mut()).unwrap(), "");
     }

@@ -25,15 +25,15 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, DeviceFile};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
 use crate::kernel::btrfs_ioctl::{self, Device as IoctlDevice};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
 use crate::kernel::mountinfo::{self, Mount};
-use crate::parse::{fields, lines, parse_fresh, u64_field, u64_sysctl_into};
-use crate::source::{DirListing, SourceFile};
+use crate::kernel::parse::{fields, lines, parse_fresh, u64_field, u64_sysctl_into};
+use crate::kernel::source::{DirListing, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "btrfs",
@@ -392,7 +392,7 @@ impl BtrfsCollector {
             (&mut self.filesystems, &self.rootfs, &mut self.devices);
         let store = &mut self.mounts;
         let mut each = |text: &str| -> Result<(), ParseError> {
-            let mut mounts: Vec<Mount<'_>> = crate::parse::recycle(std::mem::take(store));
+            let mut mounts: Vec<Mount<'_>> = crate::kernel::parse::recycle(std::mem::take(store));
             mountinfo::parse_into(text, &mut mounts)?;
             // A filesystem mounted at several places (subvolumes, bind
             // mounts) is asked once.
@@ -416,7 +416,7 @@ impl BtrfsCollector {
                 }
             }
             drop(done);
-            *store = crate::parse::recycle(mounts);
+            *store = crate::kernel::parse::recycle(mounts);
             Ok(())
         };
         // mountinfo is the filesystem collector's source; a bad one fails

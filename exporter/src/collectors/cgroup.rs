@@ -42,13 +42,13 @@ use std::time::Instant;
 
 use regex::Regex;
 
-use crate::absence::{Epoch, Stamp};
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder, Value as Sample};
+use crate::kernel::absence::{Epoch, Stamp};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::parse_fresh;
 use crate::kernel::psi::{self, Psi};
-use crate::parse::parse_fresh;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, Value as Sample};
 
 use fold::{Before, Candidate};
 use hierarchy::{File, Hierarchy, MAX_HIERARCHIES};

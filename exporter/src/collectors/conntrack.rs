@@ -17,12 +17,12 @@
 //! `search_restart`. A column missing from the header is simply not
 //! exported. node_exporter exports these sums as gauges; so does usescope.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, hex_u64_field, is_blank, lines, parse_fresh, u64_sysctl_into};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{fields, hex_u64_field, is_blank, lines, parse_fresh, u64_sysctl_into};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 const COUNT: &str = "sys/net/netfilter/nf_conntrack_count";
 const MAX: &str = "sys/net/netfilter/nf_conntrack_max";

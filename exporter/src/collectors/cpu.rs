@@ -37,15 +37,15 @@
 
 use std::path::Path;
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder, u64_label};
-use crate::kernel::proc_stat::{self, Stat};
-use crate::parse::{
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{
     MAX_CPU_ID, fields, lines, parse_cpu_range_into, parse_fresh, recycle, u64_sysctl_into,
 };
-use crate::source::{Dir, Read, SourceFile};
+use crate::kernel::proc_stat::{self, Stat};
+use crate::kernel::source::{Dir, Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, u64_label};
 
 pub const GUEST: &str = "collector.cpu.guest";
 pub const INFO: &str = "collector.cpu.info";
@@ -837,7 +837,7 @@ mod tests {
     use super::*;
     use crate::collectors::FlagValue;
     use crate::collectors::test_support::{fixture, render};
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
     use proptest::prelude::*;
     use std::path::Path;
 

@@ -35,15 +35,15 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use crate::absence;
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::parse_cpu_range_into;
-use crate::parse::{parse_fresh, single_field};
-use crate::source::{DirListing, Read, SourceFile, Vanished};
+use crate::kernel::absence;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::parse_cpu_range_into;
+use crate::kernel::parse::{parse_fresh, single_field};
+use crate::kernel::source::{DirListing, Read, SourceFile, Vanished};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "cpufreq",
@@ -347,7 +347,7 @@ impl Collector for CpufreqCollector {
 mod tests {
     use super::*;
     use crate::collectors::test_support::{fixture, render};
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
 
     #[test]
     fn integers() {

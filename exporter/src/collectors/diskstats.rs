@@ -23,12 +23,12 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder, Value, u64_label};
-use crate::parse::{fields, is_blank, lines, next_field, recycle, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{fields, is_blank, lines, next_field, recycle, u64_field};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, Value, u64_label};
 
 pub const DEFAULT_DEVICE_EXCLUDE: &str = "^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\\d+n\\d+p)\\d+$";
 
@@ -381,7 +381,13 @@ impl Info {
             .unwrap_or("");
         let owned = |keys: &[&str]| keys.iter().map(|k| get(k).to_string()).collect::<Vec<_>>();
         let dm = (!get("DM_NAME").is_empty()).then(|| {
-            let v = owned(&["DM_NAME", "DM_UUID", "DM_VG_NAME", "DM_LV_NAME", "DM_LV_LAYER"]);
+            let v = owned(&[
+                "DM_NAME",
+                "DM_UUID",
+                "DM_VG_NAME",
+                "DM_LV_NAME",
+                "DM_LV_LAYER",
+            ]);
             [0, 1, 2, 3, 4].map(|i| v[i].clone())
         });
         let fs = (!get("ID_FS_TYPE").is_empty()).then(|| {
@@ -650,7 +656,10 @@ fn emit_udev_families(rows: &[Row], devices: &[Device], enc: &mut Encoder) {
         }
     }
     for (i, (_, desc)) in ATA.iter().enumerate() {
-        if !rows.iter().any(|r| info(r).info.ata.iter().any(|(k, _)| *k == i)) {
+        if !rows
+            .iter()
+            .any(|r| info(r).info.ata.iter().any(|(k, _)| *k == i))
+        {
             continue;
         }
         enc.family(desc);
@@ -887,7 +896,10 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
     fn udev_properties_give_node_exporters_labels() {
         let mut props = Vec::new();
         parse_udev_into("S:x\nE:A=1\nE:B=x=y\nE:NOEQ\nE:A=2\nI:5\n", &mut props).unwrap();
-        assert_eq!(props, [("B".into(), "x=y".into()), ("A".into(), "2".into())]);
+        assert_eq!(
+            props,
+            [("B".into(), "x=y".into()), ("A".into(), "2".into())]
+        );
 
         let udev = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/udev");
         let proc = TempDir::new();
@@ -919,13 +931,22 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
         );
         let dm = lines("node_disk_device_mapper_info{");
         assert_eq!(dm.len(), 1, "{out}");
-        assert!(dm[0].starts_with("node_disk_device_mapper_info{device=\"dm-1\",name=\""), "{dm:?}");
+        assert!(
+            dm[0].starts_with("node_disk_device_mapper_info{device=\"dm-1\",name=\""),
+            "{dm:?}"
+        );
         assert_eq!(
             lines("node_disk_filesystem_info{")[0],
             "node_disk_filesystem_info{device=\"sda\",type=\"LVM2_member\",usage=\"raid\",uuid=\"cVVv6j-HSA2-IY33-1Jmj-dO2H-YL7w-b4Oxqw\",version=\"LVM2 001\"} 1"
         );
-        assert_eq!(lines("node_disk_ata_rotation_rate_rpm{"), ["node_disk_ata_rotation_rate_rpm{device=\"sda\"} 7200"]);
-        assert_eq!(lines("node_disk_ata_write_cache_enabled{"), ["node_disk_ata_write_cache_enabled{device=\"sda\"} 0"]);
+        assert_eq!(
+            lines("node_disk_ata_rotation_rate_rpm{"),
+            ["node_disk_ata_rotation_rate_rpm{device=\"sda\"} 7200"]
+        );
+        assert_eq!(
+            lines("node_disk_ata_write_cache_enabled{"),
+            ["node_disk_ata_write_cache_enabled{device=\"sda\"} 0"]
+        );
     }
 
     #[test]
@@ -935,7 +956,8 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
             "diskstats",
             &format!("{VDA}\n   8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n"),
         );
-        let out = render(build(&Settings::with_roots(proc.path(), "/nonexistent")).as_mut()).unwrap();
+        let out =
+            render(build(&Settings::with_roots(proc.path(), "/nonexistent")).as_mut()).unwrap();
         assert!(out.contains("node_disk_discard_time_seconds_total{device=\"vda\"} 0.31\nnode_disk_discard_time_seconds_total{device=\"sda\"} 0.015\n"));
         assert!(out.contains(
             "# TYPE node_disk_flush_requests_total counter\nnode_disk_flush_requests_total{device=\"vda\"} 1547\n# HELP"

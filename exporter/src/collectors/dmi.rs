@@ -18,12 +18,12 @@
 use std::io;
 use std::path::Path;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::read_raw;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType, Value};
-use crate::parse::parse_fresh;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::parse_fresh;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType, Value};
 
 pub const SPEC: Spec = Spec {
     name: "dmi",
@@ -122,7 +122,12 @@ fn to_valid_utf8(bytes: &[u8]) -> String {
 fn read_string(path: &Path) -> Result<Option<String>, CollectError> {
     let raw = match read_raw(path) {
         Ok(raw) => raw,
-        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+            ) =>
+        {
             return Ok(None);
         }
         Err(e) => return Err(CollectError::io(path, e)),
@@ -185,7 +190,10 @@ mod tests {
 
     #[test]
     fn one_trimmed_line() {
-        assert_eq!(parse_fresh("  PowerEdge R640 \n", parse_into).unwrap(), "PowerEdge R640");
+        assert_eq!(
+            parse_fresh("  PowerEdge R640 \n", parse_into).unwrap(),
+            "PowerEdge R640"
+        );
         assert_eq!(parse_fresh("\n", parse_into).unwrap(), "");
         let e = parse_fresh("a\nb\n", parse_into).unwrap_err();
         assert_eq!(e.line, 2);
@@ -203,9 +211,14 @@ mod tests {
     fn collector_on_fixture() {
         let s = Settings::with_roots("/nonexistent", fixture("sys"));
         let out = render(build(&s).as_mut()).unwrap();
-        assert!(out.starts_with("# HELP node_dmi_info A metric with a constant '1' value labeled by bios_date,"));
+        assert!(out.starts_with(
+            "# HELP node_dmi_info A metric with a constant '1' value labeled by bios_date,"
+        ));
         assert!(out.contains("# TYPE node_dmi_info gauge\n"));
-        let series = out.lines().find(|l| l.starts_with("node_dmi_info{")).unwrap();
+        let series = out
+            .lines()
+            .find(|l| l.starts_with("node_dmi_info{"))
+            .unwrap();
         assert!(series.ends_with("} 1"), "{series}");
         for l in [
             "bios_vendor=\"Dell Inc.\"",

@@ -21,13 +21,13 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{parse_fresh, u64_sysctl_into};
-use crate::source::Dir;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{parse_fresh, u64_sysctl_into};
+use crate::kernel::source::Dir;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "dmmultipath",

@@ -6,8 +6,8 @@
 //! small and fixed; [`DynamicFamilies::MAX`] bounds the table against a file
 //! that keeps inventing names.
 
-use crate::error::ParseError;
-use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
+use crate::kernel::error::ParseError;
+use crate::scrape::exposition::{Encoder, MetricType, Value, help_is_plain};
 
 /// Index of a family in its [`DynamicFamilies`].
 pub type FamilyId = usize;

@@ -13,14 +13,14 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::absence;
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, read_attribute, read_parsed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
+use crate::kernel::absence;
+use crate::kernel::error::{CollectError, ParseError};
 use crate::kernel::go_compat::glob;
-use crate::parse::{parse_fresh, single_field, u64_field};
+use crate::kernel::parse::{parse_fresh, single_field, u64_field};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "edac",

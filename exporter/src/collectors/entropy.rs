@@ -7,12 +7,12 @@
 //! /dev/random block. Each file is handled on its own: one the kernel lacks
 //! is not exported (node_exporter fails the collector instead).
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{parse_fresh, u64_sysctl_into};
-use crate::source::SourceFile;
+use crate::kernel::error::CollectError;
+use crate::kernel::parse::{parse_fresh, u64_sysctl_into};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 const AVAILABLE: &str = "sys/kernel/random/entropy_avail";
 const POOL_SIZE: &str = "sys/kernel/random/poolsize";
@@ -32,7 +32,8 @@ pub const SPEC: Spec = Spec {
     })],
 };
 
-const AVAILABLE_BITS: Desc = Desc::gauge("node_entropy_available_bits", "Bits of available entropy.");
+const AVAILABLE_BITS: Desc =
+    Desc::gauge("node_entropy_available_bits", "Bits of available entropy.");
 const POOL_SIZE_BITS: Desc = Desc::gauge("node_entropy_pool_size_bits", "Bits of entropy pool.");
 
 pub struct EntropyCollector {

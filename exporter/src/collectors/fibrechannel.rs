@@ -17,13 +17,13 @@
 use std::io;
 use std::path::Path;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{go_u64_field, parse_fresh, single_field};
-use crate::source::Dir;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{go_u64_field, parse_fresh, single_field};
+use crate::kernel::source::Dir;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "fibrechannel",
@@ -32,8 +32,14 @@ pub const SPEC: Spec = Spec {
     flags: &[],
     build,
     sources: &[
-        Source::sys("class/fc_host/host0/statistics/link_failure_count", "fibrechannel_counter"),
-        Source::sys("class/fc_host/host0/statistics/rx_frames", "fibrechannel_counter"),
+        Source::sys(
+            "class/fc_host/host0/statistics/link_failure_count",
+            "fibrechannel_counter",
+        ),
+        Source::sys(
+            "class/fc_host/host0/statistics/rx_frames",
+            "fibrechannel_counter",
+        ),
     ],
     parsers: &[Parser::numeric("fibrechannel_counter", |t| {
         parse_fresh(t, parse_into).map(drop)
@@ -59,20 +65,76 @@ const ATTRIBUTES: &[(&str, &str, bool)] = &[
 
 /// (file in statistics/, family, HELP).
 const COUNTERS: &[(&str, &str, &str)] = &[
-    ("dumped_frames", "node_fibrechannel_dumped_frames_total", "Number of dumped frames"),
-    ("error_frames", "node_fibrechannel_error_frames_total", "Number of errors in frames"),
-    ("invalid_crc_count", "node_fibrechannel_invalid_crc_total", "Invalid Cyclic Redundancy Check count"),
-    ("rx_frames", "node_fibrechannel_rx_frames_total", "Number of frames received"),
-    ("rx_words", "node_fibrechannel_rx_words_total", "Number of words received by host port"),
-    ("tx_frames", "node_fibrechannel_tx_frames_total", "Number of frames transmitted by host port"),
-    ("tx_words", "node_fibrechannel_tx_words_total", "Number of words transmitted by host port"),
-    ("seconds_since_last_reset", "node_fibrechannel_seconds_since_last_reset_total", "Number of seconds since last host port reset"),
-    ("invalid_tx_word_count", "node_fibrechannel_invalid_tx_words_total", "Number of invalid words transmitted by host port"),
-    ("link_failure_count", "node_fibrechannel_link_failure_total", "Number of times the host port link has failed"),
-    ("loss_of_sync_count", "node_fibrechannel_loss_of_sync_total", "Number of failures on either bit or transmission word boundaries"),
-    ("loss_of_signal_count", "node_fibrechannel_loss_of_signal_total", "Number of times signal has been lost"),
-    ("nos_count", "node_fibrechannel_nos_total", "Number Not_Operational Primitive Sequence received by host port"),
-    ("fcp_packet_aborts", "node_fibrechannel_fcp_packet_aborts_total", "Number of aborted packets"),
+    (
+        "dumped_frames",
+        "node_fibrechannel_dumped_frames_total",
+        "Number of dumped frames",
+    ),
+    (
+        "error_frames",
+        "node_fibrechannel_error_frames_total",
+        "Number of errors in frames",
+    ),
+    (
+        "invalid_crc_count",
+        "node_fibrechannel_invalid_crc_total",
+        "Invalid Cyclic Redundancy Check count",
+    ),
+    (
+        "rx_frames",
+        "node_fibrechannel_rx_frames_total",
+        "Number of frames received",
+    ),
+    (
+        "rx_words",
+        "node_fibrechannel_rx_words_total",
+        "Number of words received by host port",
+    ),
+    (
+        "tx_frames",
+        "node_fibrechannel_tx_frames_total",
+        "Number of frames transmitted by host port",
+    ),
+    (
+        "tx_words",
+        "node_fibrechannel_tx_words_total",
+        "Number of words transmitted by host port",
+    ),
+    (
+        "seconds_since_last_reset",
+        "node_fibrechannel_seconds_since_last_reset_total",
+        "Number of seconds since last host port reset",
+    ),
+    (
+        "invalid_tx_word_count",
+        "node_fibrechannel_invalid_tx_words_total",
+        "Number of invalid words transmitted by host port",
+    ),
+    (
+        "link_failure_count",
+        "node_fibrechannel_link_failure_total",
+        "Number of times the host port link has failed",
+    ),
+    (
+        "loss_of_sync_count",
+        "node_fibrechannel_loss_of_sync_total",
+        "Number of failures on either bit or transmission word boundaries",
+    ),
+    (
+        "loss_of_signal_count",
+        "node_fibrechannel_loss_of_signal_total",
+        "Number of times signal has been lost",
+    ),
+    (
+        "nos_count",
+        "node_fibrechannel_nos_total",
+        "Number Not_Operational Primitive Sequence received by host port",
+    ),
+    (
+        "fcp_packet_aborts",
+        "node_fibrechannel_fcp_packet_aborts_total",
+        "Number of aborted packets",
+    ),
 ];
 
 /// One counter: Go's base-0 unsigned integer (`0x1f` as the kernel
@@ -116,7 +178,12 @@ impl FibreChannelCollector {
             values.push(v);
         }
         let mut labels: Vec<(&'static str, &str)> = vec![("fc_host", host)];
-        labels.extend(ATTRIBUTES.iter().zip(&values).map(|((l, _, _), v)| (*l, v.as_str())));
+        labels.extend(
+            ATTRIBUTES
+                .iter()
+                .zip(&values)
+                .map(|((l, _, _), v)| (*l, v.as_str())),
+        );
         self.families
             .push(INFO, INFO_HELP, MetricType::Gauge, &labels, 1.0);
 
@@ -137,8 +204,13 @@ impl FibreChannelCollector {
             parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(&path, e))?;
             // All ones: not implemented by the HBA firmware.
             if v != u64::MAX {
-                self.families
-                    .push(*family, *help, MetricType::Counter, &[("fc_host", host)], v as f64);
+                self.families.push(
+                    *family,
+                    *help,
+                    MetricType::Counter,
+                    &[("fc_host", host)],
+                    v as f64,
+                );
             }
         }
         Ok(())
@@ -148,7 +220,9 @@ impl FibreChannelCollector {
 impl Collector for FibreChannelCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = self.class.sorted_names()
+        let read = self
+            .class
+            .sorted_names()
             .and_then(|hosts| hosts.iter().try_for_each(|h| self.read_host(h)));
         self.families.write_or_discard(enc, read)
     }
@@ -163,7 +237,10 @@ mod tests {
     fn counters_are_hex_or_decimal() {
         assert_eq!(parse_fresh("0x1f\n", parse_into).unwrap(), 31);
         assert_eq!(parse_fresh("12\n", parse_into).unwrap(), 12);
-        assert_eq!(parse_fresh("0xffffffffffffffff\n", parse_into).unwrap(), u64::MAX);
+        assert_eq!(
+            parse_fresh("0xffffffffffffffff\n", parse_into).unwrap(),
+            u64::MAX
+        );
         assert!(parse_fresh("0x\n", parse_into).is_err());
         assert!(parse_fresh("0x10000000000000000\n", parse_into).is_err());
         assert!(parse_fresh("", parse_into).is_err());

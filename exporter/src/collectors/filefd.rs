@@ -6,12 +6,12 @@
 //! (`fs.file-max`). Allocated over maximum is the utilisation of the
 //! kernel's file table; at the maximum, open(2) fails with ENFILE.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, next_field, parse_fresh, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{fields, lines, next_field, parse_fresh, u64_field};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "filefd",

@@ -33,16 +33,16 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use crate::absence::Epoch;
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder, Value};
+use crate::kernel::absence::Epoch;
+use crate::kernel::error::CollectError;
 use crate::kernel::mount_changes::{MountChanges, Table};
 use crate::kernel::mountinfo::{Mount, has_option, parse_into, unescape};
-use crate::parse::recycle;
-use crate::source::{Read, SourceFile};
-use crate::statfs_pool::{Outcome, StatfsPool, Stats};
+use crate::kernel::parse::recycle;
+use crate::kernel::source::{Read, SourceFile};
+use crate::kernel::statfs_pool::{Outcome, StatfsPool, Stats};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, Value};
 
 pub const MOUNT_POINTS_EXCLUDE: &str = "collector.filesystem.mount-points-exclude";
 pub const MOUNT_POINTS_INCLUDE: &str = "collector.filesystem.mount-points-include";
@@ -780,16 +780,17 @@ mod tests {
         assert_eq!(ro, ["0", "0", "1", "0", "1"]);
         // statfs of the rootfs directories: the temporary directory's
         // filesystem, whatever it is.
-        let want = crate::statfs_pool::statfs(
+        let want = crate::kernel::statfs_pool::statfs(
             &CString::new(t.dir.path().join("root").as_os_str().as_bytes()).unwrap(),
         )
         .unwrap();
         let size = samples(&out, "node_filesystem_size_bytes");
         assert_eq!(size.len(), 4, "no size for the failed mount:\n{out}");
-        let expected = crate::exposition::Value::from(want.blocks as f64 * want.bsize as f64);
+        let expected =
+            crate::scrape::exposition::Value::from(want.blocks as f64 * want.bsize as f64);
         let mut buf = Vec::new();
-        if let crate::exposition::Value::F64(f) = expected {
-            crate::exposition::write_float(&mut buf, f);
+        if let crate::scrape::exposition::Value::F64(f) = expected {
+            crate::scrape::exposition::write_float(&mut buf, f);
         }
         let want_size = String::from_utf8(buf).unwrap();
         assert!(

@@ -30,13 +30,13 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, ignored, io_error, read_raw, settle};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
+use crate::kernel::error::{CollectError, ParseError};
 use crate::kernel::go_compat::go_parse_float;
-use crate::source::DirListing;
+use crate::kernel::source::DirListing;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const CHIP_INCLUDE: &str = "collector.hwmon.chip-include";
 pub const CHIP_EXCLUDE: &str = "collector.hwmon.chip-exclude";

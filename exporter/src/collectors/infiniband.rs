@@ -23,17 +23,17 @@ use std::path::Path;
 
 use regex::Regex;
 
-use crate::collector::Collector;
+use crate::scrape::collector::Collector;
 
 use crate::collectors::sysfs::{
     DeviceError, Families, ignored, io_error, read_attribute, read_parsed, read_trimmed, settle,
 };
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::excerpt;
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{go_u64_field, parse_fresh, u64_field};
-use crate::source::Dir;
+use crate::kernel::error::excerpt;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{go_u64_field, parse_fresh, u64_field};
+use crate::kernel::source::Dir;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const INCLUDE: &str = "collector.infiniband.device-include";
 pub const EXCLUDE: &str = "collector.infiniband.device-exclude";

@@ -19,12 +19,12 @@
 
 use std::ops::Range;
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, u64_label};
 
 pub const SPEC: Spec = Spec {
     name: "interrupts",
@@ -161,7 +161,10 @@ impl Order {
             .get(self.first_named.unwrap_or(rows.len())..)
             .unwrap_or(&[]);
         if named.iter().any(|r| at(&r.name) == this) {
-            return Err(ParseError::new(n, format!("duplicate row {}", excerpt(this))));
+            return Err(ParseError::new(
+                n,
+                format!("duplicate row {}", excerpt(this)),
+            ));
         }
         self.first_named.get_or_insert(rows.len());
         Ok(())
@@ -178,9 +181,12 @@ fn parse_row(
 ) -> Result<Option<Spans>, ParseError> {
     // Split at the colon first: on arm64 a long name can touch the first
     // count with no space between them.
-    let (label, rest) = line
-        .split_once(':')
-        .ok_or_else(|| ParseError::new(n, format!("expected `NAME: counts`, found {}", excerpt(line))))?;
+    let (label, rest) = line.split_once(':').ok_or_else(|| {
+        ParseError::new(
+            n,
+            format!("expected `NAME: counts`, found {}", excerpt(line)),
+        )
+    })?;
     let name = label.trim_start_matches(' ');
     if name.is_empty() || name.contains(char::is_whitespace) {
         return Err(ParseError::new(
@@ -303,7 +309,7 @@ impl Collector for InterruptsCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
     use std::path::Path;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/interrupts");

@@ -18,12 +18,12 @@ use std::cmp::Ordering;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, hex_u64_field, is_blank, lines, parse_fresh, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, hex_u64_field, is_blank, lines, parse_fresh, u64_field};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 const BACKEND_LABELS_FLAG: &str = "collector.ipvs.backend-labels";
 
@@ -54,9 +54,7 @@ pub const SPEC: Spec = Spec {
         Source::proc("net/ip_vs", "ipvs_backends"),
     ],
     parsers: &[
-        Parser::numeric("ipvs_stats", |t| {
-            parse_fresh(t, parse_stats_into).map(drop)
-        }),
+        Parser::numeric("ipvs_stats", |t| parse_fresh(t, parse_stats_into).map(drop)),
         Parser::numeric("ipvs_backends", |t| {
             parse_fresh(t, parse_backends_into).map(drop)
         }),
@@ -286,7 +284,11 @@ pub fn parse_backends_into(s: &str, out: &mut Vec<Backend>) -> Result<(), ParseE
 /// printing it back gives node_exporter's label, the text itself.
 fn mark(tok: Option<&str>, n: usize) -> Result<u32, ParseError> {
     let tok = tok.ok_or_else(|| ParseError::new(n, "missing field mark"))?;
-    if tok.len() != 8 || !tok.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b)) {
+    if tok.len() != 8
+        || !tok
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+    {
         return Err(ParseError::new(
             n,
             format!("mark: expected 8 hex digits, found {}", excerpt(tok)),
@@ -318,7 +320,9 @@ fn address_port(tok: Option<&str>, n: usize) -> Result<(Addr, u16), ParseError> 
         if addr.len() != 8 {
             return Err(bad());
         }
-        Addr::V4(Ipv4Addr::from(u32::from_str_radix(addr, 16).map_err(|_| bad())?))
+        Addr::V4(Ipv4Addr::from(
+            u32::from_str_radix(addr, 16).map_err(|_| bad())?,
+        ))
     };
     Ok((addr, port))
 }
@@ -418,7 +422,10 @@ impl IpvsCollector {
         for b in &self.backends {
             b.local_address.write(local);
             b.remote_address.write(remote);
-            for (text, port) in [(&mut *local_port, b.local_port), (&mut *remote_port, b.remote_port)] {
+            for (text, port) in [
+                (&mut *local_port, b.local_port),
+                (&mut *remote_port, b.remote_port),
+            ] {
                 text.clear();
                 let _ = write!(text, "{port}");
             }
@@ -506,7 +513,12 @@ mod tests {
         let bad = STATS.replace("E33656E5", "E33656G5");
         assert_eq!(parse_fresh(&bad, parse_stats_into).unwrap_err().line, 3);
         let more = STATS.replace(" 16AA370", " 16AA370 1");
-        assert!(parse_fresh(&more, parse_stats_into).unwrap_err().msg.contains("extra"));
+        assert!(
+            parse_fresh(&more, parse_stats_into)
+                .unwrap_err()
+                .msg
+                .contains("extra")
+        );
         let over = STATS.replace("51D8C8883AB3", "10000000000000000");
         assert!(parse_fresh(&over, parse_stats_into).is_err());
         assert!(parse_fresh("", parse_stats_into).is_err());
@@ -532,7 +544,10 @@ mod tests {
             }
         );
         // The service 10.96.45.7:80 has no backends: nothing for it.
-        assert!(!b.iter().any(|b| b.local_address == Addr::V4(Ipv4Addr::new(10, 96, 45, 7))));
+        assert!(
+            !b.iter()
+                .any(|b| b.local_address == Addr::V4(Ipv4Addr::new(10, 96, 45, 7)))
+        );
         let fwm = b.iter().find(|b| b.proto == "FWM").unwrap();
         assert_eq!((fwm.local_mark, fwm.local_address), (Some(100), Addr::None));
         assert!(b.iter().any(|b| matches!(b.remote_address, Addr::V6(_))));
@@ -544,17 +559,30 @@ mod tests {
         let parse = |body: &str| parse_fresh(&format!("{head}{body}"), parse_backends_into);
         assert!(parse("TCP  0A600001:01BB rr\n  -> 0A000001:0050 Masq 1 0 0\n").is_ok());
         let e = parse("  -> 0A000001:0050 Masq 1 0 0\n").unwrap_err();
-        assert_eq!((e.line, e.msg.as_str()), (4, "a backend before any service"));
+        assert_eq!(
+            (e.line, e.msg.as_str()),
+            (4, "a backend before any service")
+        );
         let e = parse("TCP  0A600001:01BB rr\n  -> 0A000001:0050 Masq 1 0\n").unwrap_err();
         assert_eq!(e.line, 5);
         assert!(e.msg.contains("inactive"), "{e}");
         assert!(parse("TCP  0A600001:1BB rr\n").is_err());
         assert!(parse("TCP  0A60001:01BB rr\n").is_err());
         assert!(parse("TCP  [fd00::1]:0050 rr\n").is_err());
-        assert!(parse("TCP  0A600001:01BB\n").unwrap_err().msg.contains("scheduler"));
+        assert!(
+            parse("TCP  0A600001:01BB\n")
+                .unwrap_err()
+                .msg
+                .contains("scheduler")
+        );
         assert!(parse("FWM  64 wlc\n").unwrap_err().msg.contains("mark"));
         assert!(parse("FWM  0000006a wlc\n").is_err(), "lower-case hex");
-        assert!(parse("ICMP 0A600001:01BB rr\n").unwrap_err().msg.contains("expected a service"));
+        assert!(
+            parse("ICMP 0A600001:01BB rr\n")
+                .unwrap_err()
+                .msg
+                .contains("expected a service")
+        );
         assert!(parse("x\n").is_err());
         assert!(parse("\n").is_err());
         let e = parse("TCP  0A600001:01BB rr\n  -> 0A000001:0050 Masq 1 0 18446744073709551616\n");
@@ -569,10 +597,22 @@ mod tests {
             s
         };
         assert_eq!(text("C0A80016:0CEA"), "192.168.0.22");
-        assert_eq!(text("[fd00:0000:0000:0000:0000:0000:0000:000a]:0050"), "fd00::a");
-        assert_eq!(text("[2001:0db8:0000:0001:0000:0000:0000:0001]:0050"), "2001:db8:0:1::1");
-        assert_eq!(text("[2001:0db8:0000:0001:0001:0001:0001:0001]:0050"), "2001:db8:0:1:1:1:1:1");
-        assert_eq!(text("[0000:0000:0000:0000:0000:ffff:c0a8:0001]:0050"), "192.168.0.1");
+        assert_eq!(
+            text("[fd00:0000:0000:0000:0000:0000:0000:000a]:0050"),
+            "fd00::a"
+        );
+        assert_eq!(
+            text("[2001:0db8:0000:0001:0000:0000:0000:0001]:0050"),
+            "2001:db8:0:1::1"
+        );
+        assert_eq!(
+            text("[2001:0db8:0000:0001:0001:0001:0001:0001]:0050"),
+            "2001:db8:0:1:1:1:1:1"
+        );
+        assert_eq!(
+            text("[0000:0000:0000:0000:0000:ffff:c0a8:0001]:0050"),
+            "192.168.0.1"
+        );
     }
 
     fn collector(labels: &str) -> Box<dyn Collector> {

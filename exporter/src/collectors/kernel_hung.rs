@@ -10,12 +10,12 @@
 //! no series, and the collector succeeds (node_exporter reports
 //! `ErrNoData`, which sets its success to 0).
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{parse_fresh, u64_sysctl_into};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{parse_fresh, u64_sysctl_into};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "kernel_hung",
@@ -23,7 +23,10 @@ pub const SPEC: Spec = Spec {
     help: "Tasks the hung-task detector reported, from /proc/sys/kernel/hung_task_detect_count",
     flags: &[],
     build,
-    sources: &[Source::proc("sys/kernel/hung_task_detect_count", "kernel_hung")],
+    sources: &[Source::proc(
+        "sys/kernel/hung_task_detect_count",
+        "kernel_hung",
+    )],
     parsers: &[Parser::numeric("kernel_hung", |t| {
         parse_fresh(t, parse_into).map(drop)
     })],

@@ -14,12 +14,14 @@
 //! that owns its [`SourceFile`] and parsed output, and `Desc` constants
 //! with node_exporter's names and help text.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{f64_field, fields, next_field, parse_fresh, u64_field, u64_sysctl_into};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{
+    f64_field, fields, next_field, parse_fresh, u64_field, u64_sysctl_into,
+};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "loadavg",

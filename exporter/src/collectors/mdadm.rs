@@ -28,12 +28,12 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, parse_fresh, recycle, u64_field, u64_sysctl_into};
-use crate::source::{DirListing, Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, lines, parse_fresh, recycle, u64_field, u64_sysctl_into};
+use crate::kernel::source::{DirListing, Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "mdadm",
@@ -53,17 +53,22 @@ pub const SPEC: Spec = Spec {
         Parser::numeric("md_raid_disks", |t| {
             parse_fresh(t, parse_raid_disks_into).map(drop)
         }),
-        Parser::numeric("md_degraded", |t| {
-            parse_fresh(t, u64_sysctl_into).map(drop)
-        }),
+        Parser::numeric("md_degraded", |t| parse_fresh(t, u64_sysctl_into).map(drop)),
     ],
 };
 
-const DISKS_REQUIRED: Desc = Desc::gauge("node_md_disks_required", "Total number of disks of device.");
-const DISKS: Desc = Desc::gauge("node_md_disks", "Number of active/failed/spare disks of device.");
+const DISKS_REQUIRED: Desc =
+    Desc::gauge("node_md_disks_required", "Total number of disks of device.");
+const DISKS: Desc = Desc::gauge(
+    "node_md_disks",
+    "Number of active/failed/spare disks of device.",
+);
 const STATE: Desc = Desc::gauge("node_md_state", "Indicates the state of md-device.");
 const BLOCKS: Desc = Desc::gauge("node_md_blocks", "Total number of blocks on device.");
-const BLOCKS_SYNCED: Desc = Desc::gauge("node_md_blocks_synced", "Number of blocks synced on device.");
+const BLOCKS_SYNCED: Desc = Desc::gauge(
+    "node_md_blocks_synced",
+    "Number of blocks synced on device.",
+);
 const RAID_DISKS: Desc = Desc::gauge("node_md_raid_disks", "Number of raid disks on device.");
 const DEGRADED: Desc = Desc::gauge("node_md_degraded", "Number of degraded disks on device.");
 
@@ -97,7 +102,8 @@ static RECOVERY_BLOCKS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\((\d+/\
 static RECOVERY_PCT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"= (.+)%").unwrap());
 static RECOVERY_FINISH: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"finish=(.+)min").unwrap());
 static RECOVERY_SPEED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"speed=(.+)[A-Z]").unwrap());
-static COMPONENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(.*)\[(\d+)\](\([SF]+\))?").unwrap());
+static COMPONENT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(.*)\[(\d+)\](\([SF]+\))?").unwrap());
 
 const PERSONALITIES: &str = "Personalities : ";
 
@@ -156,7 +162,8 @@ pub fn parse_into<'t>(s: &'t str, out: &mut Vec<MdArray<'t>>) -> Result<(), Pars
             _ => fields(line),
         };
         let mut ahead = it.clone();
-        let (Some(status), Some(third), Some(fourth_line)) = (ahead.next(), ahead.next(), ahead.next())
+        let (Some(status), Some(third), Some(fourth_line)) =
+            (ahead.next(), ahead.next(), ahead.next())
         else {
             return Err(ParseError::new(
                 n,
@@ -234,7 +241,10 @@ fn status_line(device: &str, status: &str, n: usize) -> Result<(u64, u64, u64), 
     let m = STATUS_LINE.captures(status).ok_or_else(|| {
         ParseError::new(
             n,
-            format!("no \"N blocks ... [n/m] [UU]\" in {}", excerpt(status.trim())),
+            format!(
+                "no \"N blocks ... [n/m] [UU]\" in {}",
+                excerpt(status.trim())
+            ),
         )
     })?;
     let group = |i| m.get(i).map_or("", |g| g.as_str());
@@ -258,7 +268,9 @@ fn sync_line(line: &str, n: usize) -> Result<u64, ParseError> {
         .and_then(|m| m.get(1))
         .ok_or_else(|| bad("(synced/total)"))?
         .as_str();
-    let (synced, total) = blocks.split_once('/').ok_or_else(|| bad("(synced/total)"))?;
+    let (synced, total) = blocks
+        .split_once('/')
+        .ok_or_else(|| bad("(synced/total)"))?;
     let synced = u64_field(synced, n, "blocks synced")?;
     u64_field(total, n, "blocks to sync")?;
     for (re, what, trim) in [
@@ -294,7 +306,10 @@ pub fn parse_level_into(s: &str, out: &mut String) -> Result<(), ParseError> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        return Err(ParseError::new(1, format!("invalid level {}", excerpt(value))));
+        return Err(ParseError::new(
+            1,
+            format!("invalid level {}", excerpt(value)),
+        ));
     }
     out.clear();
     out.push_str(value);
@@ -321,7 +336,10 @@ pub fn parse_raid_disks_into(s: &str, out: &mut Option<u64>) -> Result<(), Parse
         _ => {
             return Err(ParseError::new(
                 1,
-                format!("raid_disks: expected N or \"N (M)\", found {}", excerpt(value)),
+                format!(
+                    "raid_disks: expected N or \"N (M)\", found {}",
+                    excerpt(value)
+                ),
             ));
         }
     }
@@ -386,7 +404,10 @@ impl MdSys {
         }
         if !matches!(self.level.as_str(), "container" | "imsm" | "ddf" | "") {
             let out = &mut self.raid_disks;
-            match self.raid_disks_file.parse_with(|t| parse_raid_disks_into(t, out)) {
+            match self
+                .raid_disks_file
+                .parse_with(|t| parse_raid_disks_into(t, out))
+            {
                 Ok(_) => {}
                 Err(_) if self.raid_disks_file.device_gone() => {
                     self.gone();
@@ -400,7 +421,10 @@ impl MdSys {
             "raid1" | "raid4" | "raid5" | "raid6" | "raid10"
         ) {
             let mut v = 0;
-            match self.degraded_file.parse_with(|t| u64_sysctl_into(t, &mut v)) {
+            match self
+                .degraded_file
+                .parse_with(|t| u64_sysctl_into(t, &mut v))
+            {
                 Ok(read) => self.degraded = read.map(|()| v),
                 Err(_) if self.degraded_file.device_gone() => {
                     self.gone();
@@ -488,7 +512,12 @@ impl MdadmCollector {
             self.sys.clear();
             return Ok(());
         }
-        for e in self.block.entries().iter().filter(|e| e.name.starts_with("md")) {
+        for e in self
+            .block
+            .entries()
+            .iter()
+            .filter(|e| e.name.starts_with("md"))
+        {
             let i = match self.sys.binary_search_by(|m| m.name.as_str().cmp(&e.name)) {
                 Ok(i) => i,
                 Err(i) => {
@@ -640,7 +669,10 @@ unused devices: <none>
                 array("md9", "resyncing", [2, 2, 0, 0], 1046528, 0),
             ]
         );
-        assert_eq!(parse("Personalities : \nunused devices: <none>\n").unwrap(), []);
+        assert_eq!(
+            parse("Personalities : \nunused devices: <none>\n").unwrap(),
+            []
+        );
     }
 
     #[test]
@@ -661,7 +693,12 @@ unused devices: <none>
         let e = parse(bad_sync).unwrap_err();
         assert_eq!(e.line, 4);
         let huge_index = "Personalities : [raid1]\nmd0 : active raid1 sda[9999999999]\n      5 blocks [1/1] [U]\n\n\n";
-        assert!(parse(huge_index).unwrap_err().msg.contains("descriptor index"));
+        assert!(
+            parse(huge_index)
+                .unwrap_err()
+                .msg
+                .contains("descriptor index")
+        );
     }
 
     #[test]

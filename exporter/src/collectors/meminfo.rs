@@ -7,12 +7,14 @@
 //! `_x`, a `kB` value is multiplied by 1024 and gets `_bytes`, and the
 //! unitless `HugePages_*` page counts keep their bare name.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{KeysByLen, fields, keys_by_len, lines, next_field, parse_fresh, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{
+    KeysByLen, fields, keys_by_len, lines, next_field, parse_fresh, u64_field,
+};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "meminfo",
@@ -227,7 +229,7 @@ impl Collector for MemInfoCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/meminfo");
 

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use crate::collector::Collector;
-use crate::error::ParseError;
+use crate::kernel::error::ParseError;
 use crate::kernel::proc_stat;
+use crate::scrape::collector::Collector;
 
 pub mod dynamic;
 pub mod sysfs;
@@ -523,9 +523,9 @@ impl Settings {
 pub(crate) mod test_support {
     use std::path::{Path, PathBuf};
 
-    use crate::collector::Collector;
-    use crate::error::CollectError;
-    use crate::exposition::{Encoder, Format};
+    use crate::kernel::error::CollectError;
+    use crate::scrape::collector::Collector;
+    use crate::scrape::exposition::{Encoder, Format};
 
     /// One `collect` into a fresh buffer, as Prometheus text.
     pub fn render(c: &mut dyn Collector) -> Result<String, CollectError> {
@@ -556,7 +556,7 @@ mod registry_tests {
 
     use super::test_support::fixture;
     use super::*;
-    use crate::exposition::{Encoder, Format};
+    use crate::scrape::exposition::{Encoder, Format};
 
     #[test]
     fn names_sources_parsers_and_flags_are_consistent() {

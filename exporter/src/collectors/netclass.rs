@@ -25,14 +25,14 @@
 //! Cost: 22 small files per interface. Their descriptors are kept and
 //! re-read with pread (0.55 µs each against 7 µs for an open, measured on
 //! the development VM) up to the process-wide budget of
-//! [`crate::source::attribute_fd_budget`]; on a host with more interfaces
+//! [`crate::kernel::source::attribute_fd_budget`]; on a host with more interfaces
 //! than that covers, the rest are reopened every scrape. A name that comes
 //! back with another inode (deleted and recreated, or renamed onto) gets
 //! fresh descriptors.
 //!
 //! On the live sysfs, 15 of the 22 are read again only after the kernel
 //! announces a change of that interface over rtnetlink
-//! ([`crate::link_events`]): every path that changes them sends an
+//! ([`crate::kernel::link_events`]): every path that changes them sends an
 //! RTM_NEWLINK. MTU, addresses, queue length and type notify through
 //! their netdevice events whatever the interface's state; carrier,
 //! operational and dormant state through linkwatch while the interface is
@@ -59,13 +59,13 @@
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{lines, parse_fresh};
-use crate::link_events::LinkEvents;
-use crate::source::{DirListing, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::link_events::LinkEvents;
+use crate::kernel::parse::{lines, parse_fresh};
+use crate::kernel::source::{DirListing, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const IGNORED: &str = "collector.netclass.ignored-devices";
 pub const IGNORE_INVALID_SPEED: &str = "collector.netclass.ignore-invalid-speed";
@@ -128,8 +128,12 @@ pub const SPEC: Spec = Spec {
         Parser::text("netclass_address", |t| {
             parse_fresh(t, parse_address_into).map(drop)
         }),
-        Parser::text("netclass_word", |t| parse_fresh(t, parse_word_into).map(drop)),
-        Parser::text("netclass_alias", |t| parse_fresh(t, parse_alias_into).map(drop)),
+        Parser::text("netclass_word", |t| {
+            parse_fresh(t, parse_word_into).map(drop)
+        }),
+        Parser::text("netclass_alias", |t| {
+            parse_fresh(t, parse_alias_into).map(drop)
+        }),
     ],
 };
 
@@ -149,8 +153,14 @@ const NUMERIC: [(&str, Desc); 17] = [
     ("addr_assign_type", prop!(gauge, "address_assign_type")),
     ("carrier", prop!(gauge, "carrier")),
     ("carrier_changes", prop!(counter, "carrier_changes_total")),
-    ("carrier_up_count", prop!(counter, "carrier_up_changes_total")),
-    ("carrier_down_count", prop!(counter, "carrier_down_changes_total")),
+    (
+        "carrier_up_count",
+        prop!(counter, "carrier_up_changes_total"),
+    ),
+    (
+        "carrier_down_count",
+        prop!(counter, "carrier_down_changes_total"),
+    ),
     ("dev_id", prop!(gauge, "device_id")),
     ("dormant", prop!(gauge, "dormant")),
     ("flags", prop!(gauge, "flags")),
@@ -373,9 +383,7 @@ pub struct NetClassCollector {
 
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     if s.switch(NETLINK) {
-        tracing::warn!(
-            "--{NETLINK} has no effect: usescope reads the same attributes from sysfs"
-        );
+        tracing::warn!("--{NETLINK} has no effect: usescope reads the same attributes from sysfs");
     }
     // A fixture tree can change at any moment without a notification.
     let links = crate::kernel::fs_kind::is_sysfs(&s.sysfs)
@@ -417,7 +425,10 @@ impl NetClassCollector {
             if e.is_file || self.ignored.as_ref().is_some_and(|r| r.is_match(&e.name)) {
                 continue;
             }
-            let i = match self.ifaces.binary_search_by(|i| i.name.as_str().cmp(&e.name)) {
+            let i = match self
+                .ifaces
+                .binary_search_by(|i| i.name.as_str().cmp(&e.name))
+            {
                 Ok(i) => {
                     if self.ifaces[i].ino != e.ino {
                         self.ifaces[i] = Iface::new(&self.net, &e.name, e.ino);
@@ -441,7 +452,8 @@ impl NetClassCollector {
                 // Trusted only if the socket's namespace has this interface
                 // under the same index.
                 let index = iface.numeric[IFINDEX];
-                iface.notified_current = index.is_some() && links.index_of(&iface.name).map(i64::from) == index;
+                iface.notified_current =
+                    index.is_some() && links.index_of(&iface.name).map(i64::from) == index;
                 mismatched |= !iface.notified_current;
             }
         }
@@ -572,8 +584,19 @@ mod tests {
         assert_eq!(int("0").unwrap(), 0);
         assert_eq!(int("9223372036854775807\n").unwrap(), i64::MAX);
         for bad in [
-            "", "\n", "x\n", "0x\n", "0xg\n", "010\n", "+1\n", "1 2\n", "1\n2\n", "1.5\n",
-            "9223372036854775808\n", "0x8000000000000000\n", "-\n",
+            "",
+            "\n",
+            "x\n",
+            "0x\n",
+            "0xg\n",
+            "010\n",
+            "+1\n",
+            "1 2\n",
+            "1\n2\n",
+            "1.5\n",
+            "9223372036854775808\n",
+            "0x8000000000000000\n",
+            "-\n",
         ] {
             assert!(int(bad).is_err(), "{bad:?} accepted");
         }
@@ -600,7 +623,10 @@ mod tests {
 
     #[test]
     fn help_strings() {
-        assert_eq!(NUMERIC[2].1.help, "Network device property: carrier_changes_total");
+        assert_eq!(
+            NUMERIC[2].1.help,
+            "Network device property: carrier_changes_total"
+        );
         for (_, d) in &NUMERIC {
             let prop = d.name.strip_prefix("node_network_").unwrap();
             assert_eq!(d.help, format!("Network device property: {prop}"));
@@ -645,7 +671,10 @@ mod tests {
     fn flags() {
         let mut s = Settings::with_roots("/nonexistent", fixture("sys"));
         s.set(IGNORE_INVALID_SPEED, Some(FlagValue::Bool(true)));
-        s.set(IGNORED, Some(FlagValue::Regex(Regex::new("^(v|b)").unwrap())));
+        s.set(
+            IGNORED,
+            Some(FlagValue::Regex(Regex::new("^(v|b)").unwrap())),
+        );
         let out = scrape(&s);
         assert!(!out.contains("node_network_speed_bytes{device=\"eth0\"}"));
         assert!(!out.contains("device=\"va\""));
@@ -663,8 +692,14 @@ mod tests {
         let mut c = build(&s);
         let out = render(c.as_mut()).unwrap();
         assert!(out.contains("node_network_up{device=\"lo\"}"), "{out}");
-        assert!(!out.contains("node_network_speed_bytes{device=\"lo\"}"), "{out}");
-        assert_eq!(render(c.as_mut()).unwrap().lines().count(), out.lines().count());
+        assert!(
+            !out.contains("node_network_speed_bytes{device=\"lo\"}"),
+            "{out}"
+        );
+        assert_eq!(
+            render(c.as_mut()).unwrap().lines().count(),
+            out.lines().count()
+        );
     }
 
     #[test]
@@ -674,12 +709,20 @@ mod tests {
         std::fs::create_dir_all(&eth).unwrap();
         std::fs::write(eth.join("mtu"), "1500\n").unwrap();
         let mut c = build(&Settings::with_roots("/nonexistent", dir.path()));
-        assert!(render(c.as_mut()).unwrap().contains("node_network_mtu_bytes{device=\"eth9\"} 1500"));
+        assert!(
+            render(c.as_mut())
+                .unwrap()
+                .contains("node_network_mtu_bytes{device=\"eth9\"} 1500")
+        );
         std::fs::remove_dir_all(&eth).unwrap();
         assert_eq!(render(c.as_mut()).unwrap(), "");
         std::fs::create_dir_all(&eth).unwrap();
         std::fs::write(eth.join("mtu"), "9000\n").unwrap();
-        assert!(render(c.as_mut()).unwrap().contains("node_network_mtu_bytes{device=\"eth9\"} 9000"));
+        assert!(
+            render(c.as_mut())
+                .unwrap()
+                .contains("node_network_mtu_bytes{device=\"eth9\"} 9000")
+        );
         std::fs::write(eth.join("mtu"), "9000 x\n").unwrap();
         assert_eq!(render(c.as_mut()).unwrap_err().file, eth.join("mtu"));
     }

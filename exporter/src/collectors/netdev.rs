@@ -23,12 +23,12 @@
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, recycle, u64_field, u64_sysctl_into};
-use crate::source::{DirListing, Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, lines, recycle, u64_field, u64_sysctl_into};
+use crate::kernel::source::{DirListing, Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const INCLUDE: &str = "collector.netdev.device-include";
 pub const EXCLUDE: &str = "collector.netdev.device-exclude";
@@ -61,7 +61,7 @@ pub const SPEC: Spec = Spec {
     parsers: &[
         Parser::numeric("netdev", |t| parse_into(t, &mut Vec::new())),
         Parser::numeric("netdev_nohandler", |t| {
-            crate::parse::parse_fresh(t, u64_sysctl_into).map(drop)
+            crate::kernel::parse::parse_fresh(t, u64_sysctl_into).map(drop)
         }),
     ],
 };
@@ -332,7 +332,10 @@ impl NoHandler {
                 continue;
             };
             let ino = entries[e].ino;
-            let i = match self.files.binary_search_by(|f| f.name.as_str().cmp(iface.name)) {
+            let i = match self
+                .files
+                .binary_search_by(|f| f.name.as_str().cmp(iface.name))
+            {
                 Ok(i) if self.files[i].ino == ino => i,
                 found => {
                     let f = NoHandlerFile {
@@ -434,7 +437,7 @@ impl Collector for NetDevCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
     use std::path::Path;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/net/dev");

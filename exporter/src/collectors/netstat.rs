@@ -26,15 +26,15 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::dynamic::{DynamicFamilies, FamilyId};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Encoder, Format, MetricType, Value};
-use crate::parse::{
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{
     after_key, fields, i64_field, is_blank, lines, plain_u64, single_field, u64_field,
 };
-use crate::source::{Read, SourceFile};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, Format, MetricType, Value};
 
 pub const SPEC: Spec = Spec {
     name: "netstat",
@@ -170,7 +170,7 @@ fn pairs(s: &str) -> Pairs<'_> {
 }
 
 struct Pairs<'a> {
-    lines: std::iter::Enumerate<crate::parse::Lines<'a>>,
+    lines: std::iter::Enumerate<crate::kernel::parse::Lines<'a>>,
 }
 
 impl<'a> Iterator for Pairs<'a> {
@@ -189,8 +189,9 @@ fn pair<'a>(
     values: Option<(&'a str, usize)>,
 ) -> Result<Section<'a>, ParseError> {
     let (proto, names) = split_proto(header, header_line)?;
-    let (values, line) =
-        values.ok_or_else(|| ParseError::new(header_line, format!("{}: no values line", excerpt(proto))))?;
+    let (values, line) = values.ok_or_else(|| {
+        ParseError::new(header_line, format!("{}: no values line", excerpt(proto)))
+    })?;
     let (vproto, vals) = split_proto(values, line)?;
     if vproto != proto {
         return Err(ParseError::new(
@@ -622,7 +623,7 @@ mod tests {
         let mut headers = Vec::new();
         let mut emit = |text: &str| {
             let mut buf = Vec::new();
-            let mut enc = Encoder::new(&mut buf, crate::exposition::Format::PrometheusText);
+            let mut enc = Encoder::new(&mut buf, crate::scrape::exposition::Format::PrometheusText);
             emit_sections(text, &mut sel, &mut headers, &mut enc).map(|()| buf.len())
         };
         emit("Tcp: MaxConn InErrs RetransSegs\nTcp: 1 2 3\n").unwrap();
@@ -652,7 +653,7 @@ mod tests {
         let mut cached = Vec::new();
         let mut emit = |text: &str, names: &mut Vec<_>| {
             let mut buf = Vec::new();
-            let mut enc = Encoder::new(&mut buf, crate::exposition::Format::PrometheusText);
+            let mut enc = Encoder::new(&mut buf, crate::scrape::exposition::Format::PrometheusText);
             emit_snmp6(text, &mut sel, names, &mut enc)
                 .map(|()| String::from_utf8(buf).unwrap())
                 .map_err(|e| (e.line, e.msg))

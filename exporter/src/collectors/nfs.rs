@@ -11,13 +11,13 @@
 //! Every procedure of NFSv2, v3 and v4 is reported, 0 where the kernel has
 //! no `procN` line (a kernel built without NFSv2), as node_exporter does.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::parse_fresh;
 use crate::kernel::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
-use crate::parse::parse_fresh;
-use crate::source::SourceFile;
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "nfs",

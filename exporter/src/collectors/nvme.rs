@@ -16,13 +16,13 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{parse_fresh, single_field, u64_field};
-use crate::source::Dir;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{parse_fresh, single_field, u64_field};
+use crate::kernel::source::Dir;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "nvme",
@@ -217,19 +217,38 @@ mod tests {
         let class = dir.path().join("class/nvme");
         let ctl = class.join("nvme0");
         std::fs::create_dir_all(ctl.join("nvme0n1/queue")).unwrap();
-        for (f, v) in [("firmware_rev", "1"), ("model", "m"), ("serial", "s"), ("state", "live"), ("cntlid", "1")] {
+        for (f, v) in [
+            ("firmware_rev", "1"),
+            ("model", "m"),
+            ("serial", "s"),
+            ("state", "live"),
+            ("cntlid", "1"),
+        ] {
             std::fs::write(ctl.join(f), v).unwrap();
         }
-        for (f, v) in [("nuse", "1"), ("size", "2"), ("queue/logical_block_size", "512")] {
+        for (f, v) in [
+            ("nuse", "1"),
+            ("size", "2"),
+            ("queue/logical_block_size", "512"),
+        ] {
             std::fs::write(ctl.join("nvme0n1").join(f), v).unwrap();
         }
         gone_device(&class, "nvme9");
         gone_device(&ctl, "nvme0n2");
         let s = Settings::with_roots("/nonexistent", dir.path());
         let out = render(build(&s).as_mut()).unwrap();
-        assert!(out.contains("node_nvme_namespace_size_bytes{device=\"nvme0\",nsid=\"1\"} 1024\n"), "{out}");
-        assert!(out.contains("node_nvme_info{cntlid=\"1\",device=\"nvme0\""), "{out}");
-        assert!(!out.contains("nvme9") && !out.contains("nsid=\"2\""), "{out}");
+        assert!(
+            out.contains("node_nvme_namespace_size_bytes{device=\"nvme0\",nsid=\"1\"} 1024\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("node_nvme_info{cntlid=\"1\",device=\"nvme0\""),
+            "{out}"
+        );
+        assert!(
+            !out.contains("nvme9") && !out.contains("nsid=\"2\""),
+            "{out}"
+        );
         std::fs::remove_file(ctl.join("model")).unwrap();
         let e = render(build(&s).as_mut()).unwrap_err();
         assert!(e.file.ends_with("nvme0/model"), "{e}");

@@ -16,14 +16,14 @@
 
 use std::path::Path;
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::lines;
-use crate::absence::Epoch;
-use crate::file_watch::FileWatch;
-use crate::source::SourceFile;
+use crate::kernel::absence::Epoch;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::file_watch::FileWatch;
+use crate::kernel::parse::lines;
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "os",
@@ -493,8 +493,7 @@ impl Collector for OsCollector {
             return Ok(());
         };
         let v = &self.parsed.values;
-        let labels: [(&str, &str); 12] =
-            std::array::from_fn(|i| (KEYS[i].1, v[i].as_str()));
+        let labels: [(&str, &str); 12] = std::array::from_fn(|i| (KEYS[i].1, v[i].as_str()));
         enc.family(&INFO);
         enc.sample(&INFO, &labels, 1u64);
         if derived.version > 0.0 {
@@ -548,13 +547,19 @@ mod tests {
         assert_eq!(value("plain").unwrap(), "plain");
         assert_eq!(value("\"a b\"").unwrap(), "a b");
         assert_eq!(value("'a \\n b'").unwrap(), "a \\n b");
-        assert_eq!(value(r#""say \"hi\" \\ \/ \t""#).unwrap(), "say \"hi\" \\ / \t");
+        assert_eq!(
+            value(r#""say \"hi\" \\ \/ \t""#).unwrap(),
+            "say \"hi\" \\ / \t"
+        );
         assert_eq!(value(r#""caf\u00e9""#).unwrap(), "café");
         assert_eq!(value(r#""\ud83d\ude00""#).unwrap(), "😀");
         assert_eq!(value(r#""\udc00\ud800""#).unwrap(), "\u{fffd}");
         assert_eq!(value("a \"b\" 'c'").unwrap(), "a b c");
         assert_eq!(value("This is ok! # comment").unwrap(), "This is ok!");
-        assert_eq!(value("\"kept # inside\" # dropped").unwrap(), "kept # inside");
+        assert_eq!(
+            value("\"kept # inside\" # dropped").unwrap(),
+            "kept # inside"
+        );
         assert_eq!(value("a#b").unwrap(), "a");
         assert_eq!(value("'unterminated # comment").unwrap_err(), "unmatched '");
         assert_eq!(value("x # 'unterminated").unwrap(), "x");
@@ -606,7 +611,13 @@ mod tests {
             d("SUPPORT_END=2024-02-29\n").unwrap().support_end,
             Some(1_709_164_800)
         );
-        for bad in ["2023-02-29", "2024-13-01", "2024-1-01", "24-01-01", "2024-01-01 "] {
+        for bad in [
+            "2023-02-29",
+            "2024-13-01",
+            "2024-1-01",
+            "24-01-01",
+            "2024-01-01 ",
+        ] {
             assert!(
                 d(&format!("SUPPORT_END=\"{bad}\"\n")).is_err(),
                 "{bad} accepted"
@@ -653,8 +664,14 @@ mod tests {
         );
         let out = scrape(t.path()).unwrap();
         assert!(out.contains("name=\"Quote \\\"OS\\\"\""), "{out}");
-        assert!(out.contains("node_os_version{id=\"q\",id_like=\"\",name=\"Quote \\\"OS\\\"\"} 0.5"), "{out}");
-        assert!(out.contains("node_os_support_end_timestamp_seconds 1893456000"), "{out}");
+        assert!(
+            out.contains("node_os_version{id=\"q\",id_like=\"\",name=\"Quote \\\"OS\\\"\"} 0.5"),
+            "{out}"
+        );
+        assert!(
+            out.contains("node_os_support_end_timestamp_seconds 1893456000"),
+            "{out}"
+        );
         // /etc wins when present, even if /usr/lib is broken.
         let t = tree(Some("ID=etc\n"), Some("garbage\n"));
         let out = scrape(t.path()).unwrap();
@@ -675,16 +692,25 @@ mod tests {
     /// to the /usr/lib fallback and a removal must each show at once.
     #[test]
     fn changes_show_at_the_next_scrape() {
-        let t = tree(Some("ID=aaa
-"), Some("ID=lib
-"));
+        let t = tree(
+            Some(
+                "ID=aaa
+",
+            ),
+            Some(
+                "ID=lib
+",
+            ),
+        );
         let etc = etc_path(t.path());
         let mut s = Settings::with_roots("/nonexistent", "/nonexistent");
         s.rootfs = t.path().to_path_buf();
         let mut c = build(&s);
         let id = |c: &mut Box<dyn Collector>| {
             let out = render(c.as_mut()).unwrap();
-            out.split(",id=\"").nth(1).map(|r| r[..r.find('"').unwrap()].to_string())
+            out.split(",id=\"")
+                .nth(1)
+                .map(|r| r[..r.find('"').unwrap()].to_string())
         };
         assert_eq!(id(&mut c).as_deref(), Some("aaa"));
         assert_eq!(id(&mut c).as_deref(), Some("aaa"));

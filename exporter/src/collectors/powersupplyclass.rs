@@ -35,13 +35,13 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_raw};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::parse_fresh;
-use crate::source::DirListing;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::parse_fresh;
+use crate::kernel::source::DirListing;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const IGNORED: &str = "collector.powersupply.ignored-supplies";
 
@@ -120,13 +120,21 @@ const NUMERIC: &[(&str, &str, Scale)] = &[
     ("charge_full_design", "charge_full_design", Scale::Micro),
     ("charge_now", "charge_ampere", Scale::Micro),
     ("charge_term_current", "charge_term_current", Scale::Micro),
-    ("constant_charge_current", "constant_charge_current", Scale::Micro),
+    (
+        "constant_charge_current",
+        "constant_charge_current",
+        Scale::Micro,
+    ),
     (
         "constant_charge_current_max",
         "constant_charge_current_max",
         Scale::Micro,
     ),
-    ("constant_charge_voltage", "constant_charge_voltage", Scale::Micro),
+    (
+        "constant_charge_voltage",
+        "constant_charge_voltage",
+        Scale::Micro,
+    ),
     (
         "constant_charge_voltage_max",
         "constant_charge_voltage_max",
@@ -432,8 +440,20 @@ mod tests {
             assert_eq!(go_parse_int(s), Some(v), "{s}");
         }
         for s in [
-            "", "-", "0x", "08", "1__0", "_1", "1_", "1.5", " 1", "x", "9223372036854775808",
-            "-9223372036854775809", "18446744073709551616", "0b2",
+            "",
+            "-",
+            "0x",
+            "08",
+            "1__0",
+            "_1",
+            "1_",
+            "1.5",
+            " 1",
+            "x",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551616",
+            "0b2",
         ] {
             assert_eq!(go_parse_int(s), None, "{s:?}");
         }
@@ -502,7 +522,10 @@ node_power_supply_voltage_volt{power_supply=\"BAT0\"} 12.229
         );
         let out = render(build(&s).as_mut()).unwrap();
         assert!(!out.contains("BAT0"), "{out}");
-        assert!(out.contains("node_power_supply_online{power_supply=\"AC\"} 1\n"), "{out}");
+        assert!(
+            out.contains("node_power_supply_online{power_supply=\"AC\"} 1\n"),
+            "{out}"
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let bat = dir.path().join("class/power_supply/BAT1");
@@ -512,7 +535,10 @@ node_power_supply_voltage_volt{power_supply=\"BAT0\"} 12.229
         std::fs::write(bat.join("health"), "\n").unwrap();
         let mut s = Settings::with_roots("/nonexistent", dir.path());
         let out = render(build(&s).as_mut()).unwrap();
-        assert!(out.contains("node_power_supply_temp_celsius{power_supply=\"BAT1\"} 25.5\n"), "{out}");
+        assert!(
+            out.contains("node_power_supply_temp_celsius{power_supply=\"BAT1\"} 25.5\n"),
+            "{out}"
+        );
         assert!(
             out.contains("node_power_supply_info{power_supply=\"BAT1\",status=\"Charging\"} 1\n"),
             "{out}"
@@ -540,7 +566,10 @@ node_power_supply_voltage_volt{power_supply=\"BAT0\"} 12.229
         gone_device(&class, "BAT9");
         let s = Settings::with_roots("/nonexistent", dir.path());
         let out = render(build(&s).as_mut()).unwrap();
-        assert!(out.contains("node_power_supply_online{power_supply=\"AC\"} 1\n"), "{out}");
+        assert!(
+            out.contains("node_power_supply_online{power_supply=\"AC\"} 1\n"),
+            "{out}"
+        );
         assert!(!out.contains("BAT9"), "{out}");
         std::fs::remove_file(class.join("BAT9")).unwrap();
         std::fs::write(class.join("BAT9"), "").unwrap();

@@ -10,13 +10,13 @@
 //! Each resource file is optional: no /proc/pressure at all means the kernel
 //! has no PSI, and /proc/pressure/irq needs CONFIG_IRQ_TIME_ACCOUNTING.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::parse_fresh;
 use crate::kernel::psi::{Psi, parse_into};
-use crate::parse::parse_fresh;
-use crate::source::SourceFile;
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "pressure",
@@ -146,7 +146,7 @@ impl Collector for PressureCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
 
     #[test]
     fn seconds_match_go_arithmetic() {

@@ -30,13 +30,13 @@ use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::path::PathBuf;
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
 use crate::kernel::fs_kind::{PROC_SUPER_MAGIC, magic_of_fd};
-use crate::parse::{parse_fresh, u64_sysctl_into};
-use crate::source::{SourceFile, list_fd, open_dir};
+use crate::kernel::parse::{parse_fresh, u64_sysctl_into};
+use crate::kernel::source::{SourceFile, list_fd, open_dir};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "processes",

@@ -26,15 +26,15 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::absence;
-use crate::collector::Collector;
 use crate::collectors::sysfs::{
     DeviceError, Families, io_error, read_attribute, sanitize_metric_name,
 };
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{parse_fresh, u64_sysctl_into};
+use crate::kernel::absence;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{parse_fresh, u64_sysctl_into};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const ZONE_LABEL: &str = "collector.rapl.enable-zone-label";
 

@@ -10,12 +10,12 @@
 //! The file exists only on kernels built with CONFIG_SCHEDSTATS; where it
 //! is absent the collector emits nothing and still succeeds.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder, Value, u64_label};
-use crate::parse::{cpu_id, fields, lines, next_field, parse_fresh, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{cpu_id, fields, lines, next_field, parse_fresh, u64_field};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, Value, u64_label};
 
 pub const SPEC: Spec = Spec {
     name: "schedstat",
@@ -197,7 +197,7 @@ impl Collector for SchedstatCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
     use std::path::Path;
 
     fn parse(s: &str) -> Result<Schedstat, ParseError> {

@@ -19,12 +19,12 @@
 //! a host without SELinux a scrape looks the file up only after a uevent
 //! or a mount (absence.rs).
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{i64_field, lines, parse_fresh, single_field};
-use crate::source::{Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{i64_field, lines, parse_fresh, single_field};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "selinux",

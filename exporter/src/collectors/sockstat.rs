@@ -7,14 +7,14 @@
 //! `TCP_tw` is the TIME_WAIT count behind the short-connection cases in
 //! docs/signals.md. A missing file (sockstat6 without IPv6) is skipped.
 
-use crate::collector::Collector;
 use crate::collectors::dynamic::DynamicFamilies;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder, Format, MetricType};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{i64_field, recycle};
 use crate::kernel::sockstat::{Line, parse_into};
-use crate::parse::{i64_field, recycle};
-use crate::source::{Read, SourceFile};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, Format, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "sockstat",

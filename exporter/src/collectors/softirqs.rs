@@ -10,12 +10,12 @@
 //! Per-CPU rates of NET_RX and TIMER are what show a softirq storm pinned to
 //! one CPU (docs/signals.md: SYN flood, RPS), which the totals hide.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, u64_label};
 
 pub const SPEC: Spec = Spec {
     name: "softirqs",
@@ -120,9 +120,12 @@ pub fn parse_into(s: &str, out: &mut Softirqs) -> Result<(), ParseError> {
 }
 
 fn parse_row(line: &str, n: usize, out: &mut Softirqs) -> Result<(), ParseError> {
-    let (name, values) = line
-        .split_once(':')
-        .ok_or_else(|| ParseError::new(n, format!("expected `NAME: counts`, found {}", excerpt(line))))?;
+    let (name, values) = line.split_once(':').ok_or_else(|| {
+        ParseError::new(
+            n,
+            format!("expected `NAME: counts`, found {}", excerpt(line)),
+        )
+    })?;
     let name = name.trim();
     if name.is_empty() || name.contains(char::is_whitespace) {
         return Err(ParseError::new(n, format!("invalid softirq name {name:?}")));
@@ -200,7 +203,7 @@ impl Collector for SoftirqsCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
     use std::path::Path;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/softirqs");

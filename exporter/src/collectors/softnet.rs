@@ -13,12 +13,12 @@
 //! the row index differs from the CPU id once CPUs are offline. Unlike
 //! node_exporter, a column the kernel does not print is not exported as 0.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{fields, hex_u64_field, lines, parse_fresh};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{fields, hex_u64_field, lines, parse_fresh};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, u64_label};
 
 pub const SPEC: Spec = Spec {
     name: "softnet",
@@ -191,7 +191,7 @@ impl Collector for SoftnetCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
     use std::path::Path;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/net/softnet_stat");

@@ -11,12 +11,12 @@
 //! `node_softirqs_total{vector}` from /proc/softirqs, which has the same
 //! numbers without /proc/stat's 32-bit per-vector wrap.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::CollectError;
+use crate::kernel::parse::parse_fresh;
 use crate::kernel::proc_stat::{Shared, lock, parse_into};
-use crate::parse::parse_fresh;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "stat",
@@ -90,7 +90,7 @@ mod tests {
     /// the other, and outside a scraper every collect reads.
     #[test]
     fn one_read_per_scrape_for_cpu_and_stat() {
-        use crate::exposition::Format;
+        use crate::scrape::exposition::Format;
         let dir = tempfile::tempdir().unwrap();
         let stat_path = dir.path().join("stat");
         let with_ctxt = |n: u64| FIXTURE.replace("ctxt 390823", &format!("ctxt {n}"));

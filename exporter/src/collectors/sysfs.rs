@@ -17,9 +17,9 @@ use std::path::Path;
 
 use regex::Regex;
 
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType, Value, help_is_plain};
-use crate::source::{SourceFile, Vanished, vanished};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::source::{SourceFile, Vanished, vanished};
+use crate::scrape::exposition::{Encoder, MetricType, Value, help_is_plain};
 
 /// Why one device of a class (an interface, a chip, a controller, a
 /// cache set) could not be read.
@@ -162,7 +162,7 @@ pub const ATTRIBUTE_MAX_BYTES: usize = 4096;
 /// [`read_raw`], at most [`ATTRIBUTE_MAX_BYTES`]. A longer file is an
 /// error, not a truncated value: sysfs never writes one, so it is not an
 /// attribute. The collectors read every per-scrape file through here or a
-/// [`crate::source::SourceFile`], never with an unbounded read.
+/// [`crate::kernel::source::SourceFile`], never with an unbounded read.
 pub fn read_attribute(path: &Path) -> io::Result<String> {
     let raw = read_at_most(path, ATTRIBUTE_MAX_BYTES + 1, false)?;
     if raw.len() > ATTRIBUTE_MAX_BYTES {
@@ -412,7 +412,7 @@ pub(crate) fn gone_device(class: &Path, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
 
     /// What the collectors read per scrape through [`read_attribute`]: a
     /// FIFO or a directory is refused without blocking, a file longer than

@@ -20,13 +20,13 @@ use std::path::Path;
 
 use regex::Regex;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{go_u64_field, parse_fresh, single_field};
-use crate::source::{Dir, Vanished};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{go_u64_field, parse_fresh, single_field};
+use crate::kernel::source::{Dir, Vanished};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const IGNORED: &str = "collector.tapestats.ignored-devices";
 
@@ -43,7 +43,10 @@ pub const SPEC: Spec = Spec {
     }],
     build,
     sources: &[
-        Source::sys("class/scsi_tape/st0/stats/read_byte_cnt", "tapestats_counter"),
+        Source::sys(
+            "class/scsi_tape/st0/stats/read_byte_cnt",
+            "tapestats_counter",
+        ),
         Source::sys("class/scsi_tape/st0/stats/io_ns", "tapestats_counter"),
     ],
     parsers: &[Parser::numeric("tapestats_counter", |t| {
@@ -61,16 +64,66 @@ enum Kind {
 
 /// (file in stats/, family, HELP, kind), in node_exporter's order.
 const STATS: &[(&str, &str, &str, Kind)] = &[
-    ("in_flight", "node_tape_io_now", "The number of I/Os currently outstanding to this device.", Kind::Gauge),
-    ("io_ns", "node_tape_io_time_seconds_total", "The amount of time spent waiting for all I/O to complete (including read and write). This includes tape movement commands such as seeking between file or set marks and implicit tape movement such as when rewind on close tape devices are used.", Kind::Nanoseconds),
-    ("other_cnt", "node_tape_io_others_total", "The number of I/Os issued to the tape drive other than read or write commands. The time taken to complete these commands uses the following calculation io_time_seconds_total-read_time_seconds_total-write_time_seconds_total", Kind::Counter),
-    ("read_byte_cnt", "node_tape_read_bytes_total", "The number of bytes read from the tape drive.", Kind::Counter),
-    ("read_cnt", "node_tape_reads_completed_total", "The number of read requests issued to the tape drive.", Kind::Counter),
-    ("read_ns", "node_tape_read_time_seconds_total", "The amount of time spent waiting for read requests to complete.", Kind::Nanoseconds),
-    ("resid_cnt", "node_tape_residual_total", "The number of times during a read or write we found the residual amount to be non-zero. This should mean that a program is issuing a read larger thean the block size on tape. For write not all data made it to tape.", Kind::Counter),
-    ("write_byte_cnt", "node_tape_written_bytes_total", "The number of bytes written to the tape drive.", Kind::Counter),
-    ("write_cnt", "node_tape_writes_completed_total", "The number of write requests issued to the tape drive.", Kind::Counter),
-    ("write_ns", "node_tape_write_time_seconds_total", "The amount of time spent waiting for write requests to complete.", Kind::Nanoseconds),
+    (
+        "in_flight",
+        "node_tape_io_now",
+        "The number of I/Os currently outstanding to this device.",
+        Kind::Gauge,
+    ),
+    (
+        "io_ns",
+        "node_tape_io_time_seconds_total",
+        "The amount of time spent waiting for all I/O to complete (including read and write). This includes tape movement commands such as seeking between file or set marks and implicit tape movement such as when rewind on close tape devices are used.",
+        Kind::Nanoseconds,
+    ),
+    (
+        "other_cnt",
+        "node_tape_io_others_total",
+        "The number of I/Os issued to the tape drive other than read or write commands. The time taken to complete these commands uses the following calculation io_time_seconds_total-read_time_seconds_total-write_time_seconds_total",
+        Kind::Counter,
+    ),
+    (
+        "read_byte_cnt",
+        "node_tape_read_bytes_total",
+        "The number of bytes read from the tape drive.",
+        Kind::Counter,
+    ),
+    (
+        "read_cnt",
+        "node_tape_reads_completed_total",
+        "The number of read requests issued to the tape drive.",
+        Kind::Counter,
+    ),
+    (
+        "read_ns",
+        "node_tape_read_time_seconds_total",
+        "The amount of time spent waiting for read requests to complete.",
+        Kind::Nanoseconds,
+    ),
+    (
+        "resid_cnt",
+        "node_tape_residual_total",
+        "The number of times during a read or write we found the residual amount to be non-zero. This should mean that a program is issuing a read larger thean the block size on tape. For write not all data made it to tape.",
+        Kind::Counter,
+    ),
+    (
+        "write_byte_cnt",
+        "node_tape_written_bytes_total",
+        "The number of bytes written to the tape drive.",
+        Kind::Counter,
+    ),
+    (
+        "write_cnt",
+        "node_tape_writes_completed_total",
+        "The number of write requests issued to the tape drive.",
+        Kind::Counter,
+    ),
+    (
+        "write_ns",
+        "node_tape_write_time_seconds_total",
+        "The amount of time spent waiting for write requests to complete.",
+        Kind::Nanoseconds,
+    ),
 ];
 
 /// One counter (procfs' `PUInt64`: Go's base-0 unsigned integer).
@@ -190,7 +243,10 @@ mod tests {
         assert!(!out.contains("nst0") && !out.contains("st0a"), "{out}");
 
         let mut s = Settings::with_roots("/nonexistent", fixture("sys"));
-        s.set(IGNORED, Some(FlagValue::parse(FlagKind::Regex, "^st1$").unwrap()));
+        s.set(
+            IGNORED,
+            Some(FlagValue::parse(FlagKind::Regex, "^st1$").unwrap()),
+        );
         let out = render(build(&s).as_mut()).unwrap();
         assert!(!out.contains("st1") && out.contains("st0"), "{out}");
     }
@@ -226,7 +282,10 @@ mod tests {
         gone_device(&class, "st9");
         let s = Settings::with_roots("/nonexistent", dir.path());
         let out = render(build(&s).as_mut()).unwrap();
-        assert!(out.contains("node_tape_writes_completed_total{device=\"st0\"} 3\n"), "{out}");
+        assert!(
+            out.contains("node_tape_writes_completed_total{device=\"st0\"} 3\n"),
+            "{out}"
+        );
         assert!(!out.contains("st9"), "{out}");
     }
 }

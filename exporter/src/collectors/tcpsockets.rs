@@ -37,12 +37,12 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, next_field, parse_fresh, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{fields, lines, next_field, parse_fresh, u64_field};
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "tcpsockets",

@@ -13,13 +13,13 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{Families, read_trimmed};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::source::DirListing;
-use crate::parse::{i64_field, parse_fresh, single_field};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{i64_field, parse_fresh, single_field};
+use crate::kernel::source::DirListing;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "thermal_zone",

@@ -18,12 +18,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder, u64_label};
-use crate::parse::{fields, lines};
-use crate::source::{Dir, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, lines};
+use crate::kernel::source::{Dir, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, u64_label};
 
 pub const SPEC: Spec = Spec {
     name: "time",
@@ -49,7 +49,10 @@ pub const SPEC: Spec = Spec {
     ],
 };
 
-const NOW: Desc = Desc::gauge("node_time_seconds", "System time in seconds since epoch (1970).");
+const NOW: Desc = Desc::gauge(
+    "node_time_seconds",
+    "System time in seconds since epoch (1970).",
+);
 const ZONE: Desc = Desc::gauge(
     "node_time_zone_offset_seconds",
     "System time zone offset in seconds.",
@@ -279,7 +282,11 @@ impl Collector for TimeCollector {
             for (i, d) in self.devices.iter().enumerate() {
                 let device = u64_label(i as u64, &mut b);
                 for name in &d.names[..d.count.unwrap_or(0)] {
-                    enc.sample(&AVAILABLE, &[("clocksource", name), ("device", device)], 1u64);
+                    enc.sample(
+                        &AVAILABLE,
+                        &[("clocksource", name), ("device", device)],
+                        1u64,
+                    );
                 }
             }
         }
@@ -313,7 +320,10 @@ mod tests {
 
     #[test]
     fn parses_clocksource_files() {
-        assert_eq!(available_of("tsc kvm-clock \n").unwrap(), ["tsc", "kvm-clock"]);
+        assert_eq!(
+            available_of("tsc kvm-clock \n").unwrap(),
+            ["tsc", "kvm-clock"]
+        );
         assert_eq!(available_of("\n").unwrap(), Vec::<&str>::new());
         assert_eq!(available_of("").unwrap(), Vec::<&str>::new());
         assert_eq!(available_of("tsc\nhpet\n").unwrap_err().line, 2);
@@ -342,9 +352,14 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        let real = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
         assert!((real - now).abs() < 5.0, "{now} vs {real}");
-        assert!(out.contains("# TYPE node_time_zone_offset_seconds gauge\nnode_time_zone_offset_seconds{time_zone=\""));
+        assert!(out.contains(
+            "# TYPE node_time_zone_offset_seconds gauge\nnode_time_zone_offset_seconds{time_zone=\""
+        ));
         assert!(out.ends_with(
             "# HELP node_time_clocksource_available_info Available clocksources read from '/sys/devices/system/clocksource'.\n\
              # TYPE node_time_clocksource_available_info gauge\n\
@@ -386,10 +401,21 @@ mod tests {
         let mut c = build(&settings(dir.path()));
         let out = render(c.as_mut()).unwrap();
         // Glob order: clocksource0, clocksource10, clocksource2.
-        assert!(out.contains("node_time_clocksource_current_info{clocksource=\"x10\",device=\"1\"} 1\n"), "{out}");
-        assert!(out.contains("node_time_clocksource_current_info{clocksource=\"x2\",device=\"2\"} 1\n"), "{out}");
+        assert!(
+            out.contains(
+                "node_time_clocksource_current_info{clocksource=\"x10\",device=\"1\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("node_time_clocksource_current_info{clocksource=\"x2\",device=\"2\"} 1\n"),
+            "{out}"
+        );
         assert!(!out.contains("\"no\""), "{out}");
-        assert_eq!(out.matches("node_time_clocksource_available_info{").count(), 3);
+        assert_eq!(
+            out.matches("node_time_clocksource_available_info{").count(),
+            3
+        );
         // A corrupt file fails the collector, naming it.
         std::fs::write(base.join("clocksource2/current_clocksource"), "a b\n").unwrap();
         let e = render(c.as_mut()).unwrap_err();

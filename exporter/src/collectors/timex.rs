@@ -20,11 +20,11 @@
 //! `STA_NANO` is set in `status`, else microseconds; frequencies are in
 //! ppm with a 16-bit fraction (adjtimex(2) NOTES).
 
-use crate::collector::Collector;
 use crate::collectors::{Settings, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder, Value};
-use crate::parse::{i64_field, lines};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{i64_field, lines};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, Value};
 
 pub const SPEC: Spec = Spec {
     name: "timex",
@@ -192,10 +192,7 @@ pub fn derive(r: &Raw) -> [(&'static Desc, Value); 17] {
     };
     let f = |v: i64| v as f64;
     [
-        (
-            &SYNC_STATUS,
-            Value::I64(i64::from(r.state != TIME_ERROR)),
-        ),
+        (&SYNC_STATUS, Value::I64(i64::from(r.state != TIME_ERROR))),
         (&OFFSET, Value::F64(f(r.offset) / divisor)),
         (&FREQ, Value::F64(1.0 + f(r.freq) / PPM16FRAC)),
         (&MAXERROR, Value::F64(f(r.maxerror) / MICROSECONDS)),
@@ -227,9 +224,9 @@ pub fn parse_into(s: &str, out: &mut Raw) -> Result<(), ParseError> {
         if line.is_empty() {
             continue;
         }
-        let (key, value) = line
-            .split_once('=')
-            .ok_or_else(|| ParseError::new(n, format!("expected field=value, got {}", excerpt(line))))?;
+        let (key, value) = line.split_once('=').ok_or_else(|| {
+            ParseError::new(n, format!("expected field=value, got {}", excerpt(line)))
+        })?;
         let at = FIELDS
             .iter()
             .position(|f| *f == key.trim())
@@ -347,9 +344,18 @@ mod tests {
             value(&s, "node_timex_frequency_adjustment_ratio"),
             Value::F64(1.0 - 12.5e-6)
         );
-        assert_eq!(value(&s, "node_timex_pps_jitter_seconds"), Value::F64(1.5e-6));
-        assert_eq!(value(&s, "node_timex_pps_frequency_hertz"), Value::F64(1e-6));
-        assert_eq!(value(&s, "node_timex_pps_stability_hertz"), Value::F64(2e-6));
+        assert_eq!(
+            value(&s, "node_timex_pps_jitter_seconds"),
+            Value::F64(1.5e-6)
+        );
+        assert_eq!(
+            value(&s, "node_timex_pps_frequency_hertz"),
+            Value::F64(1e-6)
+        );
+        assert_eq!(
+            value(&s, "node_timex_pps_stability_hertz"),
+            Value::F64(2e-6)
+        );
         assert_eq!(value(&s, "node_timex_pps_shift_seconds"), Value::I64(4));
         assert_eq!(value(&s, "node_timex_tai_offset_seconds"), Value::I64(37));
         // Without STA_NANO the same offset is microseconds.
@@ -374,11 +380,13 @@ mod tests {
         assert_eq!(parse("x=1\n").unwrap_err().line, 1);
         assert!(parse("tai=1\ntai=2\n").unwrap_err().msg.contains("twice"));
         assert!(parse("tick\n").unwrap_err().msg.contains("field=value"));
-        assert!(parse("tick=9223372036854775808\n").unwrap_err().msg.contains("tick"));
-        assert_eq!(
-            parse("tick=-9223372036854775808\n").unwrap().tick,
-            i64::MIN
+        assert!(
+            parse("tick=9223372036854775808\n")
+                .unwrap_err()
+                .msg
+                .contains("tick")
         );
+        assert_eq!(parse("tick=-9223372036854775808\n").unwrap().tick, i64::MIN);
     }
 
     proptest! {
@@ -405,7 +413,12 @@ mod tests {
     #[test]
     fn live_syscall_goes_through_derive() {
         let out = render(build(&Settings::with_roots("/proc", "/sys")).as_mut()).unwrap();
-        assert_eq!(out.lines().filter(|l| l.starts_with("# TYPE node_timex_")).count(), 17);
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.starts_with("# TYPE node_timex_"))
+                .count(),
+            17
+        );
         let tick = out
             .lines()
             .find_map(|l| l.strip_prefix("node_timex_tick_seconds "))

@@ -30,13 +30,13 @@
 //! a sum of per-CPU counters read one after another, so a socket that
 //! another socket replaces during the read can be missed, for that scrape.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, lines, parse_fresh, u64_field};
 use crate::kernel::sockstat;
-use crate::parse::{fields, lines, parse_fresh, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::source::SourceFile;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 const UDP: &str = "net/udp";
 const UDP6: &str = "net/udp6";

@@ -12,11 +12,11 @@
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Desc, Encoder};
-use crate::source::{Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "uname",
@@ -199,7 +199,7 @@ impl Collector for UnameCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
 
     const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/proc");
 

@@ -17,12 +17,12 @@
 //! reads and does not call [`parse_into`]; it shares its line parser, and
 //! the registry's tests hold it to rejecting whatever `parse_into` rejects.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Encoder, Format, MetricType, help_is_plain};
-use crate::parse::{after_key, fields, is_blank, lines, single_field, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{after_key, fields, is_blank, lines, single_field, u64_field};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, Format, MetricType, help_is_plain};
 
 pub const SPEC: Spec = Spec {
     name: "vmstat",
@@ -279,7 +279,7 @@ impl Collector for VmStatCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
     use proptest::prelude::*;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/vmstat");

@@ -18,13 +18,13 @@
 use std::io;
 use std::path::Path;
 
-use crate::collector::Collector;
 use crate::collectors::sysfs::{DeviceError, Families, io_error, read_trimmed, settle};
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError};
-use crate::exposition::{Encoder, MetricType};
-use crate::parse::{go_i64_field, parse_fresh, single_field};
-use crate::source::Dir;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{go_i64_field, parse_fresh, single_field};
+use crate::kernel::source::Dir;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Encoder, MetricType};
 
 pub const SPEC: Spec = Spec {
     name: "watchdog",
@@ -142,8 +142,13 @@ impl WatchdogCollector {
             if let Some(text) = attribute(&path)? {
                 let mut v = 0;
                 parse_into(&text, &mut v).map_err(|e| CollectError::from_parse(&path, e))?;
-                self.families
-                    .push(*family, *help, MetricType::Gauge, &[("name", name)], v as f64);
+                self.families.push(
+                    *family,
+                    *help,
+                    MetricType::Gauge,
+                    &[("name", name)],
+                    v as f64,
+                );
             }
         }
         let mut values: [String; 5] = Default::default();
@@ -161,7 +166,9 @@ impl WatchdogCollector {
 impl Collector for WatchdogCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
         self.families.clear();
-        let read = self.class.sorted_names()
+        let read = self
+            .class
+            .sorted_names()
             .and_then(|names| names.iter().try_for_each(|n| self.read_device(n)));
         self.families.write_or_discard(enc, read)
     }

@@ -17,12 +17,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{fields, lines, parse_fresh, u64_field};
-use crate::source::{Dir, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, lines, parse_fresh, u64_field};
+use crate::kernel::source::{Dir, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "xfs",
@@ -31,7 +31,9 @@ pub const SPEC: Spec = Spec {
     flags: &[],
     build,
     sources: &[Source::sys("fs/xfs/loop0/stats/stats", "xfs")],
-    parsers: &[Parser::numeric("xfs", |t| parse_fresh(t, parse_into).map(drop))],
+    parsers: &[Parser::numeric("xfs", |t| {
+        parse_fresh(t, parse_into).map(drop)
+    })],
 };
 
 /// The groups node_exporter exports, with the number of counters the
@@ -69,46 +71,241 @@ const fn m(group: usize, index: usize, name: &'static str, help: &'static str) -
 
 /// node_exporter's families, in its order.
 const METRICS: [Metric; 39] = [
-    m(0, 0, "node_xfs_extent_allocation_extents_allocated_total", "Number of extents allocated for a filesystem."),
-    m(0, 1, "node_xfs_extent_allocation_blocks_allocated_total", "Number of blocks allocated for a filesystem."),
-    m(0, 2, "node_xfs_extent_allocation_extents_freed_total", "Number of extents freed for a filesystem."),
-    m(0, 3, "node_xfs_extent_allocation_blocks_freed_total", "Number of blocks freed for a filesystem."),
-    m(1, 0, "node_xfs_allocation_btree_lookups_total", "Number of allocation B-tree lookups for a filesystem."),
-    m(1, 1, "node_xfs_allocation_btree_compares_total", "Number of allocation B-tree compares for a filesystem."),
-    m(1, 2, "node_xfs_allocation_btree_records_inserted_total", "Number of allocation B-tree records inserted for a filesystem."),
-    m(1, 3, "node_xfs_allocation_btree_records_deleted_total", "Number of allocation B-tree records deleted for a filesystem."),
-    m(2, 0, "node_xfs_block_mapping_reads_total", "Number of block map for read operations for a filesystem."),
-    m(2, 1, "node_xfs_block_mapping_writes_total", "Number of block map for write operations for a filesystem."),
-    m(2, 2, "node_xfs_block_mapping_unmaps_total", "Number of block unmaps (deletes) for a filesystem."),
-    m(2, 3, "node_xfs_block_mapping_extent_list_insertions_total", "Number of extent list insertions for a filesystem."),
-    m(2, 4, "node_xfs_block_mapping_extent_list_deletions_total", "Number of extent list deletions for a filesystem."),
-    m(2, 5, "node_xfs_block_mapping_extent_list_lookups_total", "Number of extent list lookups for a filesystem."),
-    m(2, 6, "node_xfs_block_mapping_extent_list_compares_total", "Number of extent list compares for a filesystem."),
-    m(3, 0, "node_xfs_block_map_btree_lookups_total", "Number of block map B-tree lookups for a filesystem."),
-    m(3, 1, "node_xfs_block_map_btree_compares_total", "Number of block map B-tree compares for a filesystem."),
-    m(3, 2, "node_xfs_block_map_btree_records_inserted_total", "Number of block map B-tree records inserted for a filesystem."),
-    m(3, 3, "node_xfs_block_map_btree_records_deleted_total", "Number of block map B-tree records deleted for a filesystem."),
-    m(4, 0, "node_xfs_directory_operation_lookup_total", "Number of file name directory lookups which miss the operating systems directory name lookup cache."),
-    m(4, 1, "node_xfs_directory_operation_create_total", "Number of times a new directory entry was created for a filesystem."),
-    m(4, 2, "node_xfs_directory_operation_remove_total", "Number of times an existing directory entry was created for a filesystem."),
-    m(4, 3, "node_xfs_directory_operation_getdents_total", "Number of times the directory getdents operation was performed for a filesystem."),
-    m(5, 0, "node_xfs_inode_operation_attempts_total", "Number of times the OS looked for an XFS inode in the inode cache."),
-    m(5, 1, "node_xfs_inode_operation_found_total", "Number of times the OS looked for and found an XFS inode in the inode cache."),
-    m(5, 2, "node_xfs_inode_operation_recycled_total", "Number of times the OS found an XFS inode in the cache, but could not use it as it was being recycled."),
-    m(5, 3, "node_xfs_inode_operation_missed_total", "Number of times the OS looked for an XFS inode in the cache, but did not find it."),
-    m(5, 4, "node_xfs_inode_operation_duplicates_total", "Number of times the OS tried to add a missing XFS inode to the inode cache, but found it had already been added by another process."),
-    m(5, 5, "node_xfs_inode_operation_reclaims_total", "Number of times the OS reclaimed an XFS inode from the inode cache to free memory for another purpose."),
-    m(5, 6, "node_xfs_inode_operation_attribute_changes_total", "Number of times the OS explicitly changed the attributes of an XFS inode."),
+    m(
+        0,
+        0,
+        "node_xfs_extent_allocation_extents_allocated_total",
+        "Number of extents allocated for a filesystem.",
+    ),
+    m(
+        0,
+        1,
+        "node_xfs_extent_allocation_blocks_allocated_total",
+        "Number of blocks allocated for a filesystem.",
+    ),
+    m(
+        0,
+        2,
+        "node_xfs_extent_allocation_extents_freed_total",
+        "Number of extents freed for a filesystem.",
+    ),
+    m(
+        0,
+        3,
+        "node_xfs_extent_allocation_blocks_freed_total",
+        "Number of blocks freed for a filesystem.",
+    ),
+    m(
+        1,
+        0,
+        "node_xfs_allocation_btree_lookups_total",
+        "Number of allocation B-tree lookups for a filesystem.",
+    ),
+    m(
+        1,
+        1,
+        "node_xfs_allocation_btree_compares_total",
+        "Number of allocation B-tree compares for a filesystem.",
+    ),
+    m(
+        1,
+        2,
+        "node_xfs_allocation_btree_records_inserted_total",
+        "Number of allocation B-tree records inserted for a filesystem.",
+    ),
+    m(
+        1,
+        3,
+        "node_xfs_allocation_btree_records_deleted_total",
+        "Number of allocation B-tree records deleted for a filesystem.",
+    ),
+    m(
+        2,
+        0,
+        "node_xfs_block_mapping_reads_total",
+        "Number of block map for read operations for a filesystem.",
+    ),
+    m(
+        2,
+        1,
+        "node_xfs_block_mapping_writes_total",
+        "Number of block map for write operations for a filesystem.",
+    ),
+    m(
+        2,
+        2,
+        "node_xfs_block_mapping_unmaps_total",
+        "Number of block unmaps (deletes) for a filesystem.",
+    ),
+    m(
+        2,
+        3,
+        "node_xfs_block_mapping_extent_list_insertions_total",
+        "Number of extent list insertions for a filesystem.",
+    ),
+    m(
+        2,
+        4,
+        "node_xfs_block_mapping_extent_list_deletions_total",
+        "Number of extent list deletions for a filesystem.",
+    ),
+    m(
+        2,
+        5,
+        "node_xfs_block_mapping_extent_list_lookups_total",
+        "Number of extent list lookups for a filesystem.",
+    ),
+    m(
+        2,
+        6,
+        "node_xfs_block_mapping_extent_list_compares_total",
+        "Number of extent list compares for a filesystem.",
+    ),
+    m(
+        3,
+        0,
+        "node_xfs_block_map_btree_lookups_total",
+        "Number of block map B-tree lookups for a filesystem.",
+    ),
+    m(
+        3,
+        1,
+        "node_xfs_block_map_btree_compares_total",
+        "Number of block map B-tree compares for a filesystem.",
+    ),
+    m(
+        3,
+        2,
+        "node_xfs_block_map_btree_records_inserted_total",
+        "Number of block map B-tree records inserted for a filesystem.",
+    ),
+    m(
+        3,
+        3,
+        "node_xfs_block_map_btree_records_deleted_total",
+        "Number of block map B-tree records deleted for a filesystem.",
+    ),
+    m(
+        4,
+        0,
+        "node_xfs_directory_operation_lookup_total",
+        "Number of file name directory lookups which miss the operating systems directory name lookup cache.",
+    ),
+    m(
+        4,
+        1,
+        "node_xfs_directory_operation_create_total",
+        "Number of times a new directory entry was created for a filesystem.",
+    ),
+    m(
+        4,
+        2,
+        "node_xfs_directory_operation_remove_total",
+        "Number of times an existing directory entry was created for a filesystem.",
+    ),
+    m(
+        4,
+        3,
+        "node_xfs_directory_operation_getdents_total",
+        "Number of times the directory getdents operation was performed for a filesystem.",
+    ),
+    m(
+        5,
+        0,
+        "node_xfs_inode_operation_attempts_total",
+        "Number of times the OS looked for an XFS inode in the inode cache.",
+    ),
+    m(
+        5,
+        1,
+        "node_xfs_inode_operation_found_total",
+        "Number of times the OS looked for and found an XFS inode in the inode cache.",
+    ),
+    m(
+        5,
+        2,
+        "node_xfs_inode_operation_recycled_total",
+        "Number of times the OS found an XFS inode in the cache, but could not use it as it was being recycled.",
+    ),
+    m(
+        5,
+        3,
+        "node_xfs_inode_operation_missed_total",
+        "Number of times the OS looked for an XFS inode in the cache, but did not find it.",
+    ),
+    m(
+        5,
+        4,
+        "node_xfs_inode_operation_duplicates_total",
+        "Number of times the OS tried to add a missing XFS inode to the inode cache, but found it had already been added by another process.",
+    ),
+    m(
+        5,
+        5,
+        "node_xfs_inode_operation_reclaims_total",
+        "Number of times the OS reclaimed an XFS inode from the inode cache to free memory for another purpose.",
+    ),
+    m(
+        5,
+        6,
+        "node_xfs_inode_operation_attribute_changes_total",
+        "Number of times the OS explicitly changed the attributes of an XFS inode.",
+    ),
     // `rw` is writes, then reads.
-    m(6, 1, "node_xfs_read_calls_total", "Number of read(2) system calls made to files in a filesystem."),
-    m(6, 0, "node_xfs_write_calls_total", "Number of write(2) system calls made to files in a filesystem."),
-    m(VNODES, 0, "node_xfs_vnode_active_total", "Number of vnodes not on free lists for a filesystem."),
-    m(VNODES, 1, "node_xfs_vnode_allocate_total", "Number of times vn_alloc called for a filesystem."),
-    m(VNODES, 2, "node_xfs_vnode_get_total", "Number of times vn_get called for a filesystem."),
-    m(VNODES, 3, "node_xfs_vnode_hold_total", "Number of times vn_hold called for a filesystem."),
-    m(VNODES, 4, "node_xfs_vnode_release_total", "Number of times vn_rele called for a filesystem."),
-    m(VNODES, 5, "node_xfs_vnode_reclaim_total", "Number of times vn_reclaim called for a filesystem."),
-    m(VNODES, 6, "node_xfs_vnode_remove_total", "Number of times vn_remove called for a filesystem."),
+    m(
+        6,
+        1,
+        "node_xfs_read_calls_total",
+        "Number of read(2) system calls made to files in a filesystem.",
+    ),
+    m(
+        6,
+        0,
+        "node_xfs_write_calls_total",
+        "Number of write(2) system calls made to files in a filesystem.",
+    ),
+    m(
+        VNODES,
+        0,
+        "node_xfs_vnode_active_total",
+        "Number of vnodes not on free lists for a filesystem.",
+    ),
+    m(
+        VNODES,
+        1,
+        "node_xfs_vnode_allocate_total",
+        "Number of times vn_alloc called for a filesystem.",
+    ),
+    m(
+        VNODES,
+        2,
+        "node_xfs_vnode_get_total",
+        "Number of times vn_get called for a filesystem.",
+    ),
+    m(
+        VNODES,
+        3,
+        "node_xfs_vnode_hold_total",
+        "Number of times vn_hold called for a filesystem.",
+    ),
+    m(
+        VNODES,
+        4,
+        "node_xfs_vnode_release_total",
+        "Number of times vn_rele called for a filesystem.",
+    ),
+    m(
+        VNODES,
+        5,
+        "node_xfs_vnode_reclaim_total",
+        "Number of times vn_reclaim called for a filesystem.",
+    ),
+    m(
+        VNODES,
+        6,
+        "node_xfs_vnode_remove_total",
+        "Number of times vn_remove called for a filesystem.",
+    ),
 ];
 
 /// The counters of the exported groups, by [`GROUPS`] position.
@@ -128,9 +325,7 @@ pub fn parse_into(s: &str, out: &mut XfsStats) -> Result<(), ParseError> {
         let n = i + 1;
         last = n;
         let mut f = fields(line);
-        let key = f
-            .next()
-            .ok_or_else(|| ParseError::new(n, "empty line"))?;
+        let key = f.next().ok_or_else(|| ParseError::new(n, "empty line"))?;
         if let Some(g) = GROUPS.iter().position(|(k, _)| *k == key) {
             if std::mem::replace(&mut seen[g], true) {
                 return Err(ParseError::new(n, format!("a second {key:?} line")));
@@ -296,7 +491,8 @@ mod tests {
     }
 
     fn fixture_text(device: &str) -> String {
-        std::fs::read_to_string(fixture("sys").join(format!("fs/xfs/{device}/stats/stats"))).unwrap()
+        std::fs::read_to_string(fixture("sys").join(format!("fs/xfs/{device}/stats/stats")))
+            .unwrap()
     }
 
     #[test]
@@ -313,7 +509,10 @@ mod tests {
             "vnodes 4294967295 0 0 0 84 84 84 0",
             "vnodes 62 0 0 0 84 84 84",
         );
-        assert_eq!(parse(&text).unwrap().groups[VNODES][..7], [62, 0, 0, 0, 84, 84, 84]);
+        assert_eq!(
+            parse(&text).unwrap().groups[VNODES][..7],
+            [62, 0, 0, 0, 84, 84, 84]
+        );
     }
 
     #[test]
@@ -366,7 +565,11 @@ mod tests {
         assert_eq!(render(c.as_mut()).unwrap(), "");
         std::fs::create_dir_all(xfs.join("dm-0/stats")).unwrap();
         std::fs::write(xfs.join("dm-0/stats/stats"), fixture_text("sdb1")).unwrap();
-        assert!(render(c.as_mut()).unwrap().contains("{device=\"dm-0\"} 92\n"));
+        assert!(
+            render(c.as_mut())
+                .unwrap()
+                .contains("{device=\"dm-0\"} 92\n")
+        );
         std::fs::write(xfs.join("dm-0/stats/stats"), "extent_alloc x\n").unwrap();
         let e = render(c.as_mut()).unwrap_err();
         assert_eq!(e.file, xfs.join("dm-0/stats/stats"));

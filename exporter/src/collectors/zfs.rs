@@ -18,12 +18,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder, MetricType, Value, help_is_plain};
-use crate::parse::{fields, hex_u64_field, i64_field, lines, parse_fresh, u64_field};
-use crate::source::{Dir, DirListing, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{fields, hex_u64_field, i64_field, lines, parse_fresh, u64_field};
+use crate::kernel::source::{Dir, DirListing, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, MetricType, Value, help_is_plain};
 
 const BASE: &str = "spl/kstat/zfs";
 
@@ -127,7 +127,10 @@ fn kstat_header(line: Option<&str>) -> Result<(), ParseError> {
 
 /// A kstat row name usable in a metric name once `-` is `_`.
 fn row_name(tok: &str, n: usize) -> Result<&str, ParseError> {
-    if tok.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+    if tok
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
         Ok(tok)
     } else {
         Err(ParseError::new(
@@ -183,7 +186,10 @@ pub struct Kstat {
 
 impl Kstat {
     pub fn rows(&self) -> impl Iterator<Item = (&str, Value)> {
-        self.names.iter().map(String::as_str).zip(self.values.iter().copied())
+        self.names
+            .iter()
+            .map(String::as_str)
+            .zip(self.values.iter().copied())
     }
 }
 
@@ -322,7 +328,8 @@ pub fn parse_objset_into(s: &str, out: &mut Objset) -> Result<(), ParseError> {
             named = true;
             // The name runs to the end of the line.
             let at = line.find(data).unwrap_or(0);
-            out.dataset.push_str(line[at..].trim_end_matches(['\r', '\n']));
+            out.dataset
+                .push_str(line[at..].trim_end_matches(['\r', '\n']));
             continue;
         }
         if u64_field(kind, n, "type")? != KSTAT_UINT64 {
@@ -364,7 +371,10 @@ pub fn parse_state_into(s: &str, out: &mut Option<usize>) -> Result<(), ParseErr
     if word.is_empty() || !word.bytes().all(|b| b.is_ascii_alphabetic()) {
         return Err(ParseError::new(
             1,
-            format!("expected a pool state such as ONLINE, found {}", excerpt(word)),
+            format!(
+                "expected a pool state such as ONLINE, found {}",
+                excerpt(word)
+            ),
         ));
     }
     if it.next().is_some() {
@@ -448,7 +458,10 @@ impl Pool {
             d.present = false;
         }
         for file_name in &self.listed {
-            let i = match self.datasets.binary_search_by(|d| d.file_name.cmp(file_name)) {
+            let i = match self
+                .datasets
+                .binary_search_by(|d| d.file_name.cmp(file_name))
+            {
                 Ok(i) => i,
                 Err(i) => {
                     let rel = format!("{}/{file_name}", self.name);
@@ -466,7 +479,10 @@ impl Pool {
             };
             let d = &mut self.datasets[i];
             let parsed = &mut d.parsed;
-            d.present = d.file.parse_with(|t| parse_objset_into(t, parsed))?.is_some();
+            d.present = d
+                .file
+                .parse_with(|t| parse_objset_into(t, parsed))?
+                .is_some();
         }
         self.datasets.retain(|d| d.present);
         Ok(())
@@ -550,7 +566,14 @@ impl ZfsCollector {
 
 /// Writes the header of `node_PREFIX_ROW` (`-` as `_`), HELP
 /// `kstat.zfs.misc.FILE.ROW`, leaving the name in `name`.
-fn family(enc: &mut Encoder, name: &mut String, help: &mut String, prefix: &str, file: &str, row: &str) {
+fn family(
+    enc: &mut Encoder,
+    name: &mut String,
+    help: &mut String,
+    prefix: &str,
+    file: &str,
+    row: &str,
+) {
     name.clear();
     name.push_str("node_");
     name.push_str(prefix);
@@ -572,13 +595,19 @@ impl Collector for ZfsCollector {
         }
         for k in &mut self.kstats {
             let parsed = &mut k.parsed;
-            k.present = k.file.parse_with(|t| parse_kstat_into(t, parsed))?.is_some();
+            k.present = k
+                .file
+                .parse_with(|t| parse_kstat_into(t, parsed))?
+                .is_some();
         }
         for p in &mut self.pools {
             p.present = false;
         }
         for entry in self.listing.entries().iter().filter(|e| !e.is_file) {
-            let i = match self.pools.binary_search_by(|p| p.name.as_str().cmp(&entry.name)) {
+            let i = match self
+                .pools
+                .binary_search_by(|p| p.name.as_str().cmp(&entry.name))
+            {
                 Ok(i) => i,
                 Err(i) => {
                     self.pools.insert(i, Pool::new(&self.base, &entry.name));
@@ -596,7 +625,8 @@ impl Collector for ZfsCollector {
                 enc.sample_named(name, "", &[], None, value);
             }
         }
-        let mut rows: Vec<PoolRow<'_>> = crate::parse::recycle(std::mem::take(&mut self.rows));
+        let mut rows: Vec<PoolRow<'_>> =
+            crate::kernel::parse::recycle(std::mem::take(&mut self.rows));
         for p in self.pools.iter().filter(|p| p.has_io) {
             let io = &p.io_parsed;
             rows.extend(io.names.iter().zip(&io.values).map(|(row, v)| PoolRow {
@@ -621,9 +651,13 @@ impl Collector for ZfsCollector {
         }
         rows.sort_by(|a, b| a.row.cmp(b.row));
         Self::write_pool_rows(enc, &rows, "zfs_zpool_dataset", "objset", name, help);
-        self.rows = crate::parse::recycle(rows);
+        self.rows = crate::kernel::parse::recycle(rows);
 
-        let states = || self.pools.iter().filter_map(|p| Some((&p.name, p.state_parsed?)));
+        let states = || {
+            self.pools
+                .iter()
+                .filter_map(|p| Some((&p.name, p.state_parsed?)))
+        };
         if states().next().is_some() {
             enc.family(&STATE);
             for (pool, current) in states() {
@@ -670,12 +704,20 @@ mod tests {
         let e = parse(&KSTAT.replacen("6 1 0x01", "6 1 0xzz", 1)).unwrap_err();
         assert_eq!(e.line, 1);
         assert!(parse(&KSTAT.replacen("6 1", "99999999999999999999 1", 1)).is_err());
-        assert_eq!(parse(&KSTAT.replace("type data", "type")).unwrap_err().line, 2);
+        assert_eq!(
+            parse(&KSTAT.replace("type data", "type")).unwrap_err().line,
+            2
+        );
         let e = parse(&format!("{KSTAT}hits 4 1\n")).unwrap_err();
         assert!(e.msg.contains("second row"), "{e}");
         assert!(parse(&KSTAT.replace("8772612", "-1")).is_err());
         assert!(parse(&KSTAT.replace("-3145728", "x")).is_err());
-        assert!(parse(&KSTAT.replace("arc-meta", "arc.meta")).unwrap_err().msg.contains("invalid"));
+        assert!(
+            parse(&KSTAT.replace("arc-meta", "arc.meta"))
+                .unwrap_err()
+                .msg
+                .contains("invalid")
+        );
         assert_eq!(parse(&format!("{KSTAT}misses 4\n")).unwrap_err().line, 7);
     }
 
@@ -685,7 +727,10 @@ mod tests {
                   nread    nwritten reads    writes   wtime    wlentime wupdate  rtime    rlentime rupdate  wcnt     rcnt\n\
                   1884160  3206144  22       132      7155162  104112268 79210489694949 24168078 104112268 79210489849220 0        0\n";
         let p = parse_fresh(io, parse_io_into).unwrap();
-        assert_eq!((p.names.len(), p.values[0], p.values[3]), (12, 1884160, 132));
+        assert_eq!(
+            (p.names.len(), p.values[0], p.values[3]),
+            (12, 1884160, 132)
+        );
         assert!(parse_fresh(&io.replace(" 0        0\n", " 0\n"), parse_io_into).is_err());
         assert!(parse_fresh(&format!("{io}1 2\n"), parse_io_into).is_err());
 
@@ -696,9 +741,15 @@ mod tests {
                       nread                           4    3\n";
         let o = parse_fresh(objset, parse_objset_into).unwrap();
         assert_eq!(o.dataset, "tank/home dir");
-        assert_eq!(o.stats.rows().collect::<Vec<_>>(), [("writes", Value::U64(12)), ("nread", Value::U64(3))]);
-        let e = parse_fresh(&objset.replace("dataset_name                    7    tank/home dir\n", ""), parse_objset_into)
-            .unwrap_err();
+        assert_eq!(
+            o.stats.rows().collect::<Vec<_>>(),
+            [("writes", Value::U64(12)), ("nread", Value::U64(3))]
+        );
+        let e = parse_fresh(
+            &objset.replace("dataset_name                    7    tank/home dir\n", ""),
+            parse_objset_into,
+        )
+        .unwrap_err();
         assert!(e.msg.contains("before dataset_name"), "{e}");
 
         let state = |s| parse_fresh(s, parse_state_into);

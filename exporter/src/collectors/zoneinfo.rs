@@ -12,12 +12,12 @@
 //!   (`nr_inactive_anon`, `nr_dirty`, …) are exported with that zone's
 //!   labels, as node_exporter does.
 
-use crate::collector::Collector;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::error::{CollectError, ParseError, excerpt};
-use crate::exposition::{Desc, Encoder};
-use crate::parse::{KeysByLen, fields, keys_by_len, lines, recycle, u64_field};
-use crate::source::{Read, SourceFile};
+use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::parse::{KeysByLen, fields, keys_by_len, lines, recycle, u64_field};
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: Spec = Spec {
     name: "zoneinfo",
@@ -306,7 +306,12 @@ pub fn parse_into<'a>(s: &'a str, zones: &mut Vec<Zone<'a>>) -> Result<(), Parse
 
 /// Parses `Node 0, zone   Normal`.
 fn header(line: &str, n: usize) -> Result<Zone<'_>, ParseError> {
-    let bad = || ParseError::new(n, format!("expected `Node N, zone NAME`, found {}", excerpt(line)));
+    let bad = || {
+        ParseError::new(
+            n,
+            format!("expected `Node N, zone NAME`, found {}", excerpt(line)),
+        )
+    };
     let mut t = fields(line).skip(1);
     let (Some(node), Some("zone"), Some(zone), None) = (t.next(), t.next(), t.next(), t.next())
     else {
@@ -329,7 +334,12 @@ fn header(line: &str, n: usize) -> Result<Zone<'_>, ParseError> {
 
 /// Parses `protection: (0, 3019, 4939, 4939, 4939)`.
 fn protection(line: &str, zone: &mut Zone, n: usize) -> Result<(), ParseError> {
-    let bad = || ParseError::new(n, format!("expected `protection: (N, …)`, found {}", excerpt(line)));
+    let bad = || {
+        ParseError::new(
+            n,
+            format!("expected `protection: (N, …)`, found {}", excerpt(line)),
+        )
+    };
     let list = line
         .trim()
         .strip_prefix("protection:")
@@ -407,7 +417,7 @@ fn encode(zones: &[Zone], enc: &mut Encoder) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Format;
+    use crate::scrape::exposition::Format;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/zoneinfo");
     const LARGE: &str = include_str!("../../tests/fixtures/large/zoneinfo");

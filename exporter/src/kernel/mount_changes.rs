@@ -25,7 +25,7 @@
 //!   table is read at that scrape and at the next.
 //! - **Anything else** (a directory above a mount point renamed, which
 //!   changes the path mountinfo prints): the absence epoch
-//!   ([`crate::absence`]) moves at least every 5 minutes, on every uevent and
+//!   ([`crate::kernel::absence`]) moves at least every 5 minutes, on every uevent and
 //!   on mounts in the daemon's own namespace, and the table is read again
 //!   then.
 //!
@@ -39,7 +39,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::absence::{self, Epoch};
+use crate::kernel::absence::{self, Epoch};
 use crate::kernel::fs_kind::{is_procfs, is_sysfs};
 
 /// Beyond this many ext4 superblocks, watching their error counters (one

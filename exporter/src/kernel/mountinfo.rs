@@ -1,8 +1,8 @@
 //! /proc/PID/mountinfo (proc(5)), parsed as procfs (Go) parses it: the
 //! filesystem and btrfs collectors both read the mount table.
 
-use crate::error::{ParseError, excerpt};
-use crate::parse::{lines, u64_field};
+use crate::kernel::error::{ParseError, excerpt};
+use crate::kernel::parse::{lines, u64_field};
 
 /// One line of mountinfo (proc(5)), fields borrowed from the text:
 /// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`.

@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::error::{CollectError, ParseError};
-use crate::parse::{cpu_id, fields, lines, next_field, u64_field};
-use crate::source::SourceFile;
+use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::parse::{cpu_id, fields, lines, next_field, u64_field};
+use crate::kernel::source::SourceFile;
 
 /// Columns of a `cpuN` line, in kernel order. Kernels before 2.6.11 lack
 /// steal, before 2.6.24 guest, before 2.6.33 guest_nice: a missing column
@@ -202,7 +202,7 @@ pub fn lock(s: &Shared) -> MutexGuard<'_, SharedStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::parse_fresh;
+    use crate::kernel::parse::parse_fresh;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/proc/stat");
 

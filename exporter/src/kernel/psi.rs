@@ -1,8 +1,8 @@
 //! A pressure stall information file (PSI, Linux 4.20+): /proc/pressure/*
 //! for the host, `<resource>.pressure` in a cgroup v2 directory.
 
-use crate::error::ParseError;
-use crate::parse::{f64_field, fields, lines, next_field, u64_field};
+use crate::kernel::error::ParseError;
+use crate::kernel::parse::{f64_field, fields, lines, next_field, u64_field};
 
 /// The cumulative stall times of one resource, in microseconds.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -60,7 +60,7 @@ fn keyed<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::parse_fresh;
+    use crate::kernel::parse::parse_fresh;
 
     const CPU: &str = include_str!("../../tests/fixtures/proc/pressure/cpu");
 

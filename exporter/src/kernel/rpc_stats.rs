@@ -8,8 +8,8 @@
 //! (`proc3 22 0 1061909262 ...`). The names below are node_exporter's
 //! (procfs's `nfs` package field names), so `method` labels match.
 
-use crate::error::{ParseError, excerpt};
-use crate::parse::{Fields, fields, lines, u64_field};
+use crate::kernel::error::{ParseError, excerpt};
+use crate::kernel::parse::{Fields, fields, lines, u64_field};
 
 /// NFSv2 procedures, in the kernel's order (`proc2` has at least 18).
 pub const V2_PROCEDURES: [&str; 18] = [
@@ -150,7 +150,7 @@ pub fn counted<'t>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::fields;
+    use crate::kernel::parse::fields;
 
     #[test]
     fn fixed_and_counted() {

@@ -2,8 +2,8 @@
 //! checked. The sockstat collector exports them; udp_queues takes the UDP
 //! tables' `inuse` counts from them.
 
-use crate::error::{ParseError, excerpt};
-use crate::parse::{fields, i64_field, is_blank, lines};
+use crate::kernel::error::{ParseError, excerpt};
+use crate::kernel::parse::{fields, i64_field, is_blank, lines};
 
 /// One line, `TCP: inuse 1 orphan 0 tw 3 alloc 1 mem 166`, checked: a
 /// protocol, then an even number of tokens whose values are integers.

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use super::loader::{Mode, ProbeError};
 use super::status::Program;
 use super::{ALL, Kernel, Loaded, ProbeSettings, ProbeSpec, fd_passing};
-use crate::collector::Collector;
+use crate::scrape::collector::Collector;
 
 /// The hidden flag (and clap id) that makes `usescope` the loader.
 pub const FLAG: &str = "internal.probe-loader";

@@ -12,7 +12,7 @@
 //! `+Inf` do not change.
 
 use super::layout::{LOG2_HIST_BUCKETS, LOG2_HIST_OVERFLOW};
-use crate::exposition::{Desc, Encoder};
+use crate::scrape::exposition::{Desc, Encoder};
 
 /// Per-bucket counts: the finite buckets, then the overflow slot.
 pub type Slots = [u64; LOG2_HIST_BUCKETS + 1];
@@ -55,7 +55,7 @@ impl Resolution {
 
     /// Whether kernel bucket `k` is written as a bound of its own.
     pub fn keeps(self, k: usize) -> bool {
-        k.abs_diff(ANCHOR) % self.step == 0
+        k.abs_diff(ANCHOR).is_multiple_of(self.step)
     }
 
     /// Series per histogram: the bounds kept, `+Inf`, `_sum` and `_count`.
@@ -185,7 +185,7 @@ mod tests {
     /// per bucket line, `+Inf` as infinity, then `_sum` and `_count`.
     fn encode(resolution: Resolution, slots: &Slots, sum_ns: u64) -> (Vec<(f64, u64)>, String) {
         let mut buf = Vec::new();
-        let mut enc = Encoder::new(&mut buf, crate::exposition::Format::PrometheusText);
+        let mut enc = Encoder::new(&mut buf, crate::scrape::exposition::Format::PrometheusText);
         enc.family(&TEST_HIST);
         let mut b = Buckets::new(resolution);
         write(

@@ -1,6 +1,6 @@
 //! eBPF probes (run-queue latency, page cache, packet drops, block I/O
 //! latency, softirqs, reclaim stalls), loaded with aya. Each probe becomes a
-//! [`crate::collector::Collector`] that reads its per-CPU map at scrape
+//! [`crate::scrape::collector::Collector`] that reads its per-CPU map at scrape
 //! time.
 //!
 //! Loading happens in a short-lived child process, not in the daemon:
@@ -45,8 +45,8 @@ use std::os::fd::OwnedFd;
 use aya::Ebpf;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use crate::collector::{Collector, Scraper};
-use crate::exposition::Desc;
+use crate::scrape::collector::{Collector, Scraper};
+use crate::scrape::exposition::Desc;
 use loader::{Mode, ProbeError};
 use status::{ProbeStatus, StatsCollector, StatusCollector};
 
@@ -423,7 +423,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::exposition::MetricType;
+    use crate::scrape::exposition::MetricType;
     use runqlat::RunqlatSource;
 
     /// Properties every registered probe must have: a new probe is checked

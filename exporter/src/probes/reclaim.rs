@@ -21,9 +21,9 @@ use super::loader::{self, Kind, Mode, ProbeError};
 use super::log2_hist::{self, Buckets, Slots};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
-use crate::collector::Collector;
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::CollectError;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: ProbeSpec = ProbeSpec {
     name: "reclaim",

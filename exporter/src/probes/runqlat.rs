@@ -24,9 +24,9 @@ use super::loader::{self, Kind, Mode, ProbeError};
 use super::log2_hist::{self, Buckets, Slots};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
-use crate::collector::Collector;
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder, u64_label};
+use crate::kernel::error::CollectError;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, u64_label};
 
 #[path = "runqlat_cgroup.rs"]
 pub mod cgroup;

@@ -9,9 +9,9 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::sys;
-use crate::collector::Collector;
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::CollectError;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 const UP: Desc = Desc::gauge(
     "usescope_probe_up",

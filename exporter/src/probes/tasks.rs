@@ -31,9 +31,9 @@ use super::layout::{TasksCounts, word};
 use super::loader::{self, Kind, Mode, ProbeError, describe};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeSettings, ProbeSpec, sys};
-use crate::collector::Collector;
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::CollectError;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder};
 
 pub const SPEC: ProbeSpec = ProbeSpec {
     name: "tasks",

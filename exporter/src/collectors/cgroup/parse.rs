@@ -15,8 +15,8 @@
 //! Every value the formats hold is checked, wanted or not, so a file that
 //! is not what the kernel writes is an error naming its line.
 
-use crate::error::ParseError;
-use crate::parse::{fields, lines, next_field, u64_field};
+use crate::kernel::error::ParseError;
+use crate::kernel::parse::{fields, lines, next_field, u64_field};
 
 /// The keys of flat keyed files that the collector uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,7 +313,7 @@ pub fn parse_io_stat_into(text: &str, out: &mut IoStat) -> Result<(), ParseError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::parse_fresh;
+    use crate::kernel::parse::parse_fresh;
 
     #[test]
     fn keyed_files() {

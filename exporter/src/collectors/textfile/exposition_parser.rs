@@ -6,9 +6,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::ParseError;
-use crate::exposition::MetricType;
+use crate::kernel::error::ParseError;
 use crate::kernel::go_compat::{go_format_float, go_parse_float};
+use crate::scrape::exposition::MetricType;
 
 /// Most distinct label names one family may have in one file (and so most
 /// labels on one series). node_exporter gives every series of a family
@@ -696,7 +696,7 @@ pub(super) fn series_text(name: &str, labels: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::parse_fresh;
+    use crate::kernel::parse::parse_fresh;
 
     fn parse(s: &str) -> Result<Exposition, ParseError> {
         parse_fresh(s, parse_into)

@@ -12,7 +12,7 @@
 //! A file is taken or skipped whole. It is skipped, with
 //! `node_textfile_scrape_error 1` and one log line naming the file (and the
 //! line, where there is one), when it cannot be read (not a regular file,
-//! over [`crate::source::MAX_FILE_BYTES`], not valid UTF-8; as root, a
+//! over [`crate::kernel::source::MAX_FILE_BYTES`], not valid UTF-8; as root, a
 //! symbolic link or another owner's file than the directory's: `open_at`),
 //! does not parse (also: more than [`MAX_LABEL_NAMES`] label names in a
 //! family, more than [`MAX_LABEL_PAIRS_PER_BYTE`] label pairs written per
@@ -39,13 +39,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::collector::Collector;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder, Format, Value, help_is_plain};
+use crate::kernel::error::CollectError;
 use crate::kernel::go_compat::{glob, go_join};
-use crate::parse::{parse_fresh, recycle};
-use crate::source::MAX_FILE_BYTES;
+use crate::kernel::parse::{parse_fresh, recycle};
+use crate::kernel::source::MAX_FILE_BYTES;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::{Desc, Encoder, Format, Value, help_is_plain};
 
 mod exposition_parser;
 
@@ -77,7 +77,7 @@ pub const SPEC: Spec = Spec {
 /// Most `*.prom` files read in one scrape.
 pub const MAX_FILES: usize = 10_000;
 /// Most bytes of `*.prom` files read in one scrape (each file is also held
-/// to [`crate::source::MAX_FILE_BYTES`]).
+/// to [`crate::kernel::source::MAX_FILE_BYTES`]).
 pub const MAX_TOTAL_BYTES: u64 = 64 << 20;
 
 const MTIME: Desc = Desc::gauge(
@@ -101,7 +101,7 @@ const RESERVED_PREFIXES: &[&str] = &[
 ];
 
 /// The other families written after this collector
-/// (`crate::self_metrics`), which a textfile family may not write either.
+/// (`crate::scrape::self_metrics`), which a textfile family may not write either.
 const RESERVED_NAMES: &[&str] = &["node_exporter_build_info"];
 
 // ---------------------------------------------------------------------------
@@ -572,7 +572,7 @@ impl TextfileCollector {
 /// Opens a directory of `*.prom` files, to read its files relative to it
 /// and to know its owner.
 fn open_text_dir(path: &str) -> Result<TextDir, String> {
-    let fd = crate::source::open_dir(Path::new(path))
+    let fd = crate::kernel::source::open_dir(Path::new(path))
         .map_err(|e| format!("failed to open textfile collector directory: {e}"))?;
     let uid = fd
         .metadata()
@@ -1343,7 +1343,8 @@ mod tests {
     fn the_daemons_own_families_are_reserved() {
         // Everything the scraper writes after the collectors, the
         // textfile collector's own families and any probe's.
-        let scraper = crate::collector::Scraper::new(crate::self_metrics::SelfMetrics::new());
+        let scraper =
+            crate::scrape::collector::Scraper::new(crate::scrape::self_metrics::SelfMetrics::new());
         let out = String::from_utf8(scraper.scrape(Format::PrometheusText)).unwrap();
         let mut families: Vec<(&str, &str)> = out
             .lines()

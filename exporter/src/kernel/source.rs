@@ -51,8 +51,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::absence::{Epoch, Memo, Stamp};
-use crate::error::{CollectError, ParseError};
+use crate::kernel::absence::{Epoch, Memo, Stamp};
+use crate::kernel::error::{CollectError, ParseError};
 use crate::kernel::fs_kind::{is_kernel_fs_magic, magic_of_fd};
 
 /// Most bytes read from one source file. The largest real sources are a
@@ -798,8 +798,8 @@ impl Dir {
     /// has added, removed, renamed or moved the device's entry, so a
     /// listing is replayed from memory until a uevent (or a mount) could
     /// have changed it, or for at most
-    /// [`RECHECK_AT_LEAST_EVERY`](crate::absence::RECHECK_AT_LEAST_EVERY);
-    /// see [`crate::absence`]. Not for a directory whose entries appear
+    /// [`RECHECK_AT_LEAST_EVERY`](crate::kernel::absence::RECHECK_AT_LEAST_EVERY);
+    /// see [`crate::kernel::absence`]. Not for a directory whose entries appear
     /// without a uevent (`/sys/fs/xfs`, whose entries come with mounts in
     /// any namespace).
     pub fn of_devices(mut self) -> Dir {
@@ -1096,7 +1096,7 @@ mod tests {
         assert_eq!(count(&mut l, ordinary.path()), 2);
 
         let kernel = tree(&[("eth0", b"")]);
-        crate::absence::pretend_kernel_root_and_advance(kernel.path());
+        crate::kernel::absence::pretend_kernel_root_and_advance(kernel.path());
         let mut l = DirListing::of_devices();
         // Retried: another test may move the process-wide epoch at any
         // moment, but not between every listing of ten.
@@ -1106,7 +1106,7 @@ mod tests {
             count(&mut l, kernel.path()) == before
         });
         assert!(replayed, "a device listing was never replayed");
-        crate::absence::pretend_kernel_root_and_advance(kernel.path());
+        crate::kernel::absence::pretend_kernel_root_and_advance(kernel.path());
         let on_disk = std::fs::read_dir(kernel.path()).unwrap().count();
         assert_eq!(count(&mut l, kernel.path()), on_disk);
     }

@@ -44,13 +44,13 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
-use crate::collector::{Scraper, Selection};
-use crate::exposition::Format;
-use crate::gzip::GzipEncoder;
-use crate::log_throttle::Throttle;
-use crate::retained::release_excess;
-use crate::server::peers::{PeerCounts, PeerSlot};
-use crate::server::{Authenticated, current_peer};
+use crate::scrape::collector::{Scraper, Selection};
+use crate::scrape::exposition::Format;
+use crate::web::gzip::GzipEncoder;
+use crate::web::log_throttle::Throttle;
+use crate::web::retained::release_excess;
+use crate::web::server::peers::{PeerCounts, PeerSlot};
+use crate::web::server::{Authenticated, current_peer};
 
 pub struct AppState {
     pub scraper: Arc<Scraper>,

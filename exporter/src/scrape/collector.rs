@@ -1,7 +1,7 @@
 //! The collector contract and the scrape loop that runs every enabled
 //! collector into one exposition buffer.
 //!
-//! Each collector owns its [`crate::source::SourceFile`]s and any state it
+//! Each collector owns its [`crate::kernel::source::SourceFile`]s and any state it
 //! needs between scrapes (e.g. the per-CPU clamp of /proc/stat). A failing
 //! collector's partial output is cut off again, so one bad file never leaves
 //! half a family in the output or touches another collector's series.
@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use crate::absence;
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder, Format};
-use crate::self_metrics::SelfMetrics;
+use crate::kernel::absence;
+use crate::kernel::error::CollectError;
+use crate::scrape::exposition::{Desc, Encoder, Format};
+use crate::scrape::self_metrics::SelfMetrics;
 
 /// One source of metrics, read at scrape time.
 pub trait Collector: Send {

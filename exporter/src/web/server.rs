@@ -21,7 +21,7 @@
 //! - **Sizes**: request headers are capped at `max_header_bytes` (hyper
 //!   answers 431 beyond it); request bodies are never read.
 //! - **Passwords**: bcrypt checks are bounded and cancellable ([`auth`]).
-//! - **TLS, basic auth, headers** come from [`crate::web_config`], held in
+//! - **TLS, basic auth, headers** come from [`crate::web::web_config`], held in
 //!   [`WebState`] so SIGHUP can swap them without closing the listener.
 
 mod auth;
@@ -49,8 +49,8 @@ use tokio_rustls::rustls;
 use self::auth::{Auth, Verdict};
 use self::peers::{PeerCounts, PeerSlot};
 use self::write_deadline::WriteDeadline;
-use crate::log_throttle::Throttle;
-use crate::web_config::WebConfig;
+use crate::web::log_throttle::Throttle;
+use crate::web::web_config::WebConfig;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -226,7 +226,7 @@ fn with_headers(mut resp: Response, cfg: &WebConfig) -> Response {
 /// files (on a non-procfs tree they reopen them every scrape), accept needs
 /// one for a connection it is about to refuse, and logging needs its own.
 /// The sysfs attribute descriptors collectors may keep open come on top
-/// ([`crate::source::attribute_fd_budget`]).
+/// ([`crate::kernel::source::attribute_fd_budget`]).
 const FD_RESERVE: usize = 32;
 
 /// `configured`, or less if the soft `RLIMIT_NOFILE` leaves no room for it
@@ -247,7 +247,7 @@ fn connection_cap(configured: usize) -> usize {
     let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
     let room = usize::try_from(lim.rlim_cur)
         .unwrap_or(usize::MAX)
-        .saturating_sub(open + FD_RESERVE + crate::source::attribute_fd_budget())
+        .saturating_sub(open + FD_RESERVE + crate::kernel::source::attribute_fd_budget())
         .max(1);
     if room < configured {
         tracing::warn!(

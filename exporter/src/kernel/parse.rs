@@ -3,7 +3,7 @@
 //! A token in an error is quoted as an [`excerpt`]: short and escaped, since
 //! it is file content on its way to the log and the landing page.
 
-use crate::error::{ParseError, excerpt};
+use crate::kernel::error::{ParseError, excerpt};
 
 /// Parses an unsigned decimal field; `what` names it in the error.
 pub fn u64_field(tok: &str, line: usize, what: &str) -> Result<u64, ParseError> {
@@ -137,7 +137,7 @@ pub fn single_field(s: &str) -> Option<&str> {
 /// (A macro because a `const fn` cannot be generic over the entry type.)
 macro_rules! keys_by_len {
     ($table:expr) => {{
-        let mut keys = $crate::parse::KeysByLen::EMPTY;
+        let mut keys = $crate::kernel::parse::KeysByLen::EMPTY;
         let mut i = 0;
         while i < $table.len() {
             keys = keys.with(i, $table[i].key);

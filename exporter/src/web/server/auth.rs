@@ -39,7 +39,7 @@ use tokio::sync::Semaphore;
 
 use super::peers::PeerCounts;
 use super::{Limits, Throttle};
-use crate::web_config::WebConfig;
+use crate::web::web_config::WebConfig;
 
 /// Verified credentials kept; a full cache is emptied (only correct
 /// passwords get in, so only legitimate users can fill it).

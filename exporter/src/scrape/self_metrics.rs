@@ -7,9 +7,9 @@
 use std::fs::File;
 use std::path::Path;
 
-use crate::exposition::{Desc, Encoder};
-use crate::parse::fields;
-use crate::source::{Read, SourceFile};
+use crate::kernel::parse::fields;
+use crate::kernel::source::{Read, SourceFile};
+use crate::scrape::exposition::{Desc, Encoder};
 
 const CPU: Desc = Desc::counter(
     "process_cpu_seconds_total",

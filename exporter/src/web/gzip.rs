@@ -145,7 +145,7 @@ impl GzipEncoder {
         };
         codes.uses += 1;
         self.out.clear();
-        crate::retained::release_excess(&mut self.out, cap);
+        crate::web::retained::release_excess(&mut self.out, cap);
         self.out.reserve(cap);
         let s: &mut isal::isal_zstream = &mut self.stream;
         // SAFETY: the stream is initialised by isal_deflate_stateless_init
