@@ -36,12 +36,12 @@ use regex::Regex;
 
 use crate::collectors::cgroup::DEFAULT_SELECT;
 use crate::collectors::cgroup::labels::{MAX_LABEL_BYTES, escape_into, workload_ids};
-use crate::error::CollectError;
-use crate::exposition::{Desc, Encoder};
+use crate::kernel::error::CollectError;
 use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
 use crate::probes::log2_hist::{self, Buckets, Slots};
 use crate::probes::percpu::PerCpuStruct;
 use crate::probes::sys;
+use crate::scrape::exposition::{Desc, Encoder};
 
 /// The per-CPU array of per-cgroup histograms, by slot.
 pub const MAP: &str = "us_rq_cg";
