@@ -153,14 +153,106 @@ fn a_mount_in_pid_1s_namespace_shows_when_the_daemon_has_its_own() {
     for _ in 0..3 {
         assert!(!reported(&d.scrape(), &tmpfs));
     }
-    run("mount", &["-t", "tmpfs", "tmpfs", tmpfs.to_str().unwrap()]);
+    run(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=7m",
+            "tmpfs",
+            tmpfs.to_str().unwrap(),
+        ],
+    );
     let unmount = Unmount(tmpfs.clone());
     let text = d.scrape();
     assert!(
         reported(&text, &tmpfs),
         "tmpfs mounted on the host:\n{text}"
     );
+
     drop(unmount);
     let text = d.scrape();
     assert!(!reported(&text, &tmpfs), "tmpfs unmounted:\n{text}");
+}
+
+/// ... and must stat them in PID 1's namespace: in its own, a mount made
+/// after it started is not there, and statfs answered for the filesystem
+/// beneath the mount point. This machine's PID 1 cannot be entered even by
+/// root (its /proc/1/root is refused), so the test makes a PID 1 of its
+/// own: a shell as PID 1 of a new PID namespace, in mount namespace X,
+/// starts the daemon in mount namespace Y (a copy of X), and mounts a
+/// 7 MiB tmpfs in X once the daemon is up. The oracle is the shell's own
+/// statvfs of it (`stat -f`), written to a file.
+#[test]
+fn mounts_are_stat_ed_in_pid_1s_namespace() {
+    if !common::skip::unless_root("to make PID and mount namespaces") {
+        return;
+    }
+    let dir = common::temp_dir();
+    let tmpfs = dir.path().join("tmpfs");
+    std::fs::create_dir(&tmpfs).unwrap();
+    let go = dir.path().join("go");
+    let oracle = dir.path().join("oracle");
+    // PID 1: start the daemon in a mount namespace of its own, wait for
+    // the test's signal, mount, report the size it sees, and stay.
+    let script = format!(
+        "unshare --mount --propagation private \"$0\" \"$@\" & \
+         while [ ! -e {go} ]; do sleep 0.05; done; \
+         mount -t tmpfs -o size=7m tmpfs {mnt} && \
+         stat -f -c '%b %S' {mnt} > {oracle}.tmp && mv {oracle}.tmp {oracle}; \
+         wait",
+        go = go.display(),
+        mnt = tmpfs.display(),
+        oracle = oracle.display(),
+    );
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .arg(common::bin());
+    let d = common::Daemon::try_start_with(
+        cmd,
+        &["--collector.disable-defaults", "--collector.filesystem"],
+    )
+    .unwrap();
+    assert!(!reported(&d.scrape(), &tmpfs));
+    std::fs::write(&go, "").unwrap();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !oracle.exists() {
+        assert!(
+            std::time::Instant::now() < end,
+            "PID 1 did not mount the tmpfs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(&oracle).unwrap();
+    let mut it = text.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+    let size = it.next().unwrap() * it.next().unwrap();
+    assert_eq!(size, 7 << 20, "PID 1's statvfs of its tmpfs");
+    let text = d.scrape();
+    let series = format!(
+        r#"node_filesystem_size_bytes{{device="tmpfs",device_error="",fstype="tmpfs",mountpoint="{}"}}"#,
+        tmpfs.display()
+    );
+    assert_eq!(
+        common::sample(&text, &series),
+        Some(size as f64),
+        "the daemon stat'ed another filesystem than PID 1's mount:\n{text}"
+    );
+    assert!(
+        d.log()
+            .iter()
+            .any(|l| l.contains("runs in a mount namespace other than PID 1")),
+        "{:?}",
+        d.log()
+    );
 }

@@ -23,7 +23,10 @@
 #      /proc/meminfo's), usescope_probe_up 0 for every probe, the reason logged;
 #   4. docker-compose.yml's usescope, Prometheus and Alertmanager come up:
 #      Prometheus scrapes usescope, loads every shipped rule, finds Alertmanager;
-#   5. docker stop exits 0 within 5 s and leaves none of its BPF programs.
+#   5. docker stop exits 0 within 5 s and leaves none of its BPF programs;
+#   6. which workload: of two real containers, a busy loop and a sleeper,
+#      the image's cgroup collector names the busy one by its container_id,
+#      with the CPU the kernel's cpuacct.usage shows for that container.
 # It also measures the image size and the time from container start to
 # the first successful scrape.
 #
@@ -334,6 +337,54 @@ else
   "$docker" logs nocaps 2>&1 | tail -5
 fi
 "$docker" rm -f nocaps >/dev/null
+
+# 6. Which workload: two real containers, one busy, one asleep. The
+# image's cgroup collector must name the busy one by its container_id as
+# the top CPU cgroup, with the CPU the kernel's own cpuacct.usage of the
+# container's cgroup shows over the same interval.
+"$docker" run -d --name busy --network host usescope-test/minbase:latest \
+  sh -c 'while :; do :; done' >/dev/null
+"$docker" run -d --name idle --network host usescope-test/minbase:latest sleep 600 >/dev/null
+busy_id=$("$docker" inspect -f '{{.Id}}' busy)
+idle_id=$("$docker" inspect -f '{{.Id}}' idle)
+"$docker" create --name cgroups --network host --pid host --read-only \
+  --security-opt no-new-privileges:true --cap-drop ALL \
+  -v /proc:/host/proc:ro -v /sys:/host/sys:ro usescope:local \
+  --path.procfs=/host/proc --path.sysfs=/host/sys --collector.cgroup \
+  --no-probe.runqlat --no-probe.cachestat --no-probe.drops \
+  --web.listen-address=127.0.0.1:19203 >/dev/null
+start_and_time_first_scrape cgroups 19203 >/dev/null || fail "6. the cgroup container never served /metrics"
+cpuacct() { cat "/sys/fs/cgroup/cpuacct/docker/$1/cpuacct.usage" 2>/dev/null || echo -1; }
+before=$(scrape 19203 || true); k0=$(cpuacct "$busy_id"); t0=$(date +%s%N)
+sleep 5
+after=$(scrape 19203 || true); k1=$(cpuacct "$busy_id"); t1=$(date +%s%N)
+verdict=$(python3 - "$busy_id" "$idle_id" "$k0" "$k1" "$t0" "$t1" 3<<<"$before" 4<<<"$after" <<'PY'
+import re, sys
+busy, idle, k0, k1, t0, t1 = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+def usage(text):
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'usescope_cgroup_cpu_usage_seconds_total\{(.*)\} (\S+)$', line)
+        if m:
+            cid = re.search(r'container_id="([^"]*)"', m.group(1))
+            out[cid.group(1) if cid else ""] = float(m.group(2))
+    return out
+a, b = usage(open(3).read()), usage(open(4).read())
+rates = {c: b[c] - a[c] for c in b if c in a}
+if not rates:
+    print("FAIL no usescope_cgroup_cpu_usage_seconds_total series"); sys.exit()
+top = max(rates, key=rates.get)
+kernel = (k1 - k0) / 1e9
+ours = rates.get(busy, -1)
+ok = top == busy and busy in rates and idle in rates and rates[idle] < 0.05 * ours \
+    and k0 >= 0 and abs(ours - kernel) <= 0.05 * kernel + 0.05
+print(("ok " if ok else "FAIL ") + f"top CPU cgroup container_id={top[:12]} (busy {busy[:12]}): "
+      f"busy {ours:.2f} s, idle {rates.get(idle, -1):.3f} s over {(t1 - t0) / 1e9:.1f} s; "
+      f"the kernel's cpuacct.usage of the busy container {kernel:.2f} s")
+PY
+)
+if [[ "$verdict" == ok* ]]; then ok "6. which workload: ${verdict#ok }"; else fail "6. which workload: ${verdict#FAIL }"; fi
+"$docker" rm -f busy idle cgroups >/dev/null
 
 # 4. The compose stack, with local stand-ins for the Prometheus and
 # Alertmanager images: Debian's binaries of the same servers on the base.

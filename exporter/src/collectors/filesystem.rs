@@ -27,7 +27,10 @@
 
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +39,7 @@ use regex::Regex;
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::kernel::absence::Epoch;
 use crate::kernel::error::CollectError;
+use crate::kernel::fs_kind::is_procfs;
 use crate::kernel::mount_changes::{MountChanges, Table};
 use crate::kernel::mountinfo::{Mount, has_option, parse_into, unescape};
 use crate::kernel::parse::recycle;
@@ -323,6 +327,54 @@ pub struct FilesystemCollector {
     mounts: Vec<Mount<'static>>,
 }
 
+/// PID 1's root directory, opened now (before privileges are dropped: a
+/// later open needs ptrace access to PID 1), when this daemon runs in a
+/// mount namespace other than PID 1's (`ip netns exec`, `unshare -m`, a
+/// container given the host's PIDs but not its `/`). The table is PID 1's,
+/// so its mount points must be resolved in PID 1's namespace: in this
+/// one, a mount the host made after start is not there, and statfs would
+/// answer for the filesystem beneath it. None when the namespaces are the
+/// same, `--path.rootfs` is set (node_exporter's way for a container with
+/// the host's `/` mounted in it), or procfs is not the live kernel's.
+fn pid1_root(s: &Settings) -> Option<OwnedFd> {
+    if s.rootfs != Path::new("/") || !is_procfs(&s.procfs) {
+        return None;
+    }
+    let ns = |pid: &str| std::fs::metadata(s.procfs.join(pid).join("ns/mnt")).map(|m| m.ino());
+    match (ns("self"), ns("1")) {
+        (Ok(own), Ok(pid1)) if own == pid1 => return None,
+        (Ok(_), Ok(_)) => {}
+        // Without ptrace access to PID 1 its namespace cannot be told,
+        // nor entered: statfs stays in this namespace.
+        (_, Err(e)) | (Err(e), _) => {
+            tracing::debug!(error = %e, "cannot compare mount namespaces with PID 1");
+            return None;
+        }
+    }
+    let root = s.procfs.join("1/root");
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(&root)
+    {
+        Ok(f) => {
+            tracing::info!(
+                root = %root.display(),
+                "this process runs in a mount namespace other than PID 1's: mount points are stat'ed in PID 1's"
+            );
+            Some(f.into())
+        }
+        Err(e) => {
+            tracing::warn!(
+                root = %root.display(),
+                error = %e,
+                "this process runs in a mount namespace other than PID 1's and cannot open PID 1's root: mount points are stat'ed in this namespace, where a mount made after start reports the filesystem beneath it"
+            );
+            None
+        }
+    }
+}
+
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     let timeout = s.duration(MOUNT_TIMEOUT).unwrap_or(Duration::from_secs(5));
     // node_exporter uses max(stat-workers, 1).
@@ -333,7 +385,10 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         rootfs: Rootfs::new(s),
         mount_points: Filter::new(s, MOUNT_POINTS_EXCLUDE, MOUNT_POINTS_INCLUDE),
         fs_types: Filter::new(s, FS_TYPES_EXCLUDE, FS_TYPES_INCLUDE),
-        pool: StatfsPool::new(workers, timeout),
+        pool: match pid1_root(s) {
+            Some(root) => StatfsPool::in_root(workers, timeout, root),
+            None => StatfsPool::new(workers, timeout),
+        },
         timeout,
         changes: MountChanges::new(&s.procfs, &s.sysfs),
         built_from: String::new(),

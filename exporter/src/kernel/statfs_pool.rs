@@ -31,6 +31,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -115,6 +116,9 @@ struct Shared {
     workers: usize,
     timeout: Duration,
     call: CallFn,
+    /// Where paths are resolved: another mount namespace's root directory
+    /// ([`StatfsPool::in_root`]), or this process's root when `None`.
+    root: Option<OwnedFd>,
 }
 
 pub struct StatfsPool {
@@ -136,6 +140,20 @@ impl StatfsPool {
         StatfsPool::with_call(workers, timeout, statfs)
     }
 
+    /// A pool that resolves every path under `root`, an open directory
+    /// (`/proc/1/root` of a daemon in a mount namespace of its own), as if
+    /// it were `/` ([`statfs_in_root`]): the mounts of the table read from
+    /// PID 1 are then stat'ed in PID 1's namespace, also those mounted
+    /// after start.
+    pub fn in_root(workers: usize, timeout: Duration, root: OwnedFd) -> StatfsPool {
+        let mut pool = StatfsPool::new(workers, timeout);
+        match Arc::get_mut(&mut pool.shared) {
+            Some(shared) => shared.root = Some(root),
+            None => unreachable!("no thread holds a new pool"),
+        }
+        pool
+    }
+
     /// A pool whose threads run `call` instead of statfs (tests).
     pub fn with_call(workers: usize, timeout: Duration, call: CallFn) -> StatfsPool {
         let workers = workers.max(1);
@@ -147,6 +165,7 @@ impl StatfsPool {
                 workers,
                 timeout,
                 call,
+                root: None,
             }),
             max_threads: workers + MAX_STUCK_THREADS,
             saturated: false,
@@ -351,7 +370,10 @@ fn worker(shared: &Shared) {
             scrape: job.scrape,
         });
         drop(st);
-        let result = (shared.call)(&job.path);
+        let result = match &shared.root {
+            Some(root) => statfs_in_root(root.as_fd(), &job.path),
+            None => (shared.call)(&job.path),
+        };
         let took = started.elapsed();
         st = lock(&shared.state);
         if let Some(at) = st.calls.iter().position(|c| c.id == id) {
@@ -398,15 +420,7 @@ pub fn statfs(path: &CStr) -> Result<Stats, i32> {
         if r == 0 {
             // SAFETY: statvfs filled it (and it was zeroed before).
             let s = unsafe { buf.assume_init() };
-            return Ok(Stats {
-                bsize: s.f_bsize as i64,
-                blocks: s.f_blocks as u64,
-                bfree: s.f_bfree as u64,
-                bavail: s.f_bavail as u64,
-                files: s.f_files as u64,
-                ffree: s.f_ffree as u64,
-                flags: s.f_flag as u64,
-            });
+            return Ok(stats_of(&s));
         }
         let e = std::io::Error::last_os_error()
             .raw_os_error()
@@ -414,6 +428,75 @@ pub fn statfs(path: &CStr) -> Result<Stats, i32> {
         if e != libc::EINTR {
             return Err(e);
         }
+    }
+}
+
+/// [`statfs`] of `path` resolved with `root` as `/` (openat2's
+/// RESOLVE_IN_ROOT: `..` and absolute links stay under it; no magic
+/// links), through an O_PATH descriptor, so no file is opened for reading.
+pub fn statfs_in_root(root: BorrowedFd<'_>, path: &CStr) -> Result<Stats, i32> {
+    // SAFETY: open_how is plain data; all-zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    let fd = loop {
+        // SAFETY: a valid directory fd, a NUL-terminated path, and an
+        // open_how of the size passed.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                path.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if r >= 0 {
+            // SAFETY: openat2 returned a new descriptor that we own.
+            break unsafe { OwnedFd::from_raw_fd(r as RawFd) };
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    };
+    fstatfs(fd.as_fd())
+}
+
+/// [`statfs`] of an open descriptor (fstatvfs: the same system call's
+/// result with `f_flag`).
+#[allow(clippy::unnecessary_cast)]
+fn fstatfs(fd: BorrowedFd<'_>) -> Result<Stats, i32> {
+    loop {
+        let mut buf = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+        // SAFETY: a valid descriptor and a buffer of the right type.
+        let r = unsafe { libc::fstatvfs(fd.as_raw_fd(), buf.as_mut_ptr()) };
+        if r == 0 {
+            // SAFETY: fstatvfs filled it (and it was zeroed before).
+            let s = unsafe { buf.assume_init() };
+            return Ok(stats_of(&s));
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+#[allow(clippy::unnecessary_cast)]
+fn stats_of(s: &libc::statvfs) -> Stats {
+    Stats {
+        bsize: s.f_bsize as i64,
+        blocks: s.f_blocks as u64,
+        bfree: s.f_bfree as u64,
+        bavail: s.f_bavail as u64,
+        files: s.f_files as u64,
+        ffree: s.f_ffree as u64,
+        flags: s.f_flag as u64,
     }
 }
 
@@ -608,6 +691,25 @@ mod tests {
             assert!(Instant::now() < end, "threads did not leave");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Paths resolve under the root given, `..` and absolute links
+    /// included: `/` is the root directory itself, never this process's.
+    #[test]
+    fn statfs_in_root_stays_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/../..", dir.path().join("up")).unwrap();
+        let root = OwnedFd::from(std::fs::File::open(dir.path()).unwrap());
+        let here =
+            statfs(&std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap())
+                .unwrap();
+        for p in [c"/", c"/..", c"/up", c"up/../.."] {
+            assert_eq!(statfs_in_root(root.as_fd(), p).unwrap(), here, "{p:?}");
+        }
+        assert_eq!(
+            statfs_in_root(root.as_fd(), c"/nonexistent"),
+            Err(libc::ENOENT)
+        );
     }
 
     #[test]
