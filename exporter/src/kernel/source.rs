@@ -48,11 +48,10 @@ use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::kernel::absence::{Epoch, Memo, Stamp};
 use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::fd_budget::{Budget, Unit};
 use crate::kernel::fs_kind::{is_kernel_fs_magic, magic_of_fd};
 
 /// Most bytes read from one source file. The largest real sources are a
@@ -92,7 +91,7 @@ pub struct SourceFile {
     /// A device attribute ([`SourceFile::attribute`]).
     attribute: bool,
     /// The budget slot a kept attribute descriptor holds.
-    slot: Option<AttributeSlot>,
+    slot: Option<Unit>,
     /// Whether a descriptor on procfs/sysfs is kept between reads.
     keep: bool,
     /// A sysfs attribute under a root known to be a real sysfs, read
@@ -106,53 +105,20 @@ pub struct SourceFile {
     device_gone: bool,
 }
 
-/// Most attribute descriptors kept open at once, process-wide: 512, or an
+/// Attribute descriptors kept open at once, process-wide: 512, or an
 /// eighth of the soft open-files limit if that is less. 512 descriptors
 /// pin about 2 MiB of kernel memory; the web server leaves this many
 /// descriptors free of connections (server.rs).
-pub fn attribute_fd_budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit only writes the struct we pass.
-        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-            usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
-        } else {
-            1024
-        };
-        (soft / 8).min(512)
-    })
-}
+static ATTRIBUTES: Budget = Budget::new(8, 512);
 
-static KEPT_ATTRIBUTES: AtomicUsize = AtomicUsize::new(0);
+/// Most attribute descriptors kept open at once ([`ATTRIBUTES`]).
+pub fn attribute_fd_budget() -> usize {
+    ATTRIBUTES.limit()
+}
 
 /// Attribute descriptors kept open now (for tests and the budget).
 pub fn kept_attributes() -> usize {
-    KEPT_ATTRIBUTES.load(Ordering::Relaxed)
-}
-
-/// One unit of [`attribute_fd_budget`], given back when dropped.
-#[derive(Debug)]
-struct AttributeSlot(());
-
-impl AttributeSlot {
-    fn acquire() -> Option<AttributeSlot> {
-        KEPT_ATTRIBUTES
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < attribute_fd_budget()).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| AttributeSlot(()))
-    }
-}
-
-impl Drop for AttributeSlot {
-    fn drop(&mut self) {
-        KEPT_ATTRIBUTES.fetch_sub(1, Ordering::Relaxed);
-    }
+    ATTRIBUTES.kept()
 }
 
 /// Errors that mean a device does not report an attribute now: EINVAL (a
@@ -463,7 +429,7 @@ impl SourceFile {
         if keep && self.keep && is_kernel_fs(&f) {
             if !self.attribute {
                 self.kept = Some(f);
-            } else if let Some(slot) = AttributeSlot::acquire() {
+            } else if let Some(slot) = ATTRIBUTES.take() {
                 self.kept = Some(f);
                 self.slot = Some(slot);
             }
