@@ -50,6 +50,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::kernel::absence::{Epoch, Memo, Stamp};
+use crate::kernel::dirents;
 use crate::kernel::error::{CollectError, ParseError};
 use crate::kernel::fd_budget::{Budget, Unit};
 use crate::kernel::fs_kind::{is_kernel_fs_magic, magic_of_fd};
@@ -886,56 +887,22 @@ pub fn list_fd_entries(
     buf: &mut Vec<u8>,
     mut each: impl FnMut(RawDirEntry<'_>),
 ) -> io::Result<()> {
-    if buf.len() < 16 << 10 {
-        buf.resize(16 << 10, 0);
-    }
-    // SAFETY: lseek on a descriptor the caller owns; directories on every
-    // Linux filesystem accept SEEK_SET 0 to restart the listing.
-    if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    loop {
-        // SAFETY: getdents64 writes at most buf.len() bytes into buf.
-        let got = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
-        if got < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+    dirents::for_each(fd, buf, 16 << 10, |e| {
+        if !e.is_dot()
+            && let Ok(n) = std::str::from_utf8(e.name)
+        {
+            let is_file = match e.d_type {
+                libc::DT_UNKNOWN => is_regular_at(fd, e.name),
+                t => t == libc::DT_REG,
+            };
+            each(RawDirEntry {
+                name: n,
+                ino: e.ino,
+                is_file,
+            });
         }
-        if got == 0 {
-            return Ok(());
-        }
-        let mut rest = &buf[..got as usize];
-        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
-        // d_type (1), then the NUL-terminated name.
-        while rest.len() > 19 {
-            let reclen = usize::from(u16::from_ne_bytes([rest[16], rest[17]]));
-            if reclen <= 19 || reclen > rest.len() {
-                break;
-            }
-            let mut ino = [0u8; 8];
-            ino.copy_from_slice(&rest[..8]);
-            let name = &rest[19..reclen];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-            if name != b"."
-                && name != b".."
-                && let Ok(n) = std::str::from_utf8(name)
-            {
-                let is_file = match rest[18] {
-                    libc::DT_UNKNOWN => is_regular_at(fd, name),
-                    t => t == libc::DT_REG,
-                };
-                each(RawDirEntry {
-                    name: n,
-                    ino: u64::from_ne_bytes(ino),
-                    is_file,
-                });
-            }
-            rest = &rest[reclen..];
-        }
-    }
+        true
+    })
 }
 
 /// Whether `name` in the directory open at `fd` is a regular file, for a
