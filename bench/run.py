@@ -41,6 +41,9 @@ NE_COLLECTORS = ["cpu", "stat", "softirqs", "zoneinfo", "diskstats", "conntrack"
 US_COLLECTORS = ["stat", "softirqs", "zoneinfo", "diskstats", "conntrack", "loadavg", "meminfo",
                  "vmstat", "pressure", "netstat", "sockstat", "netdev", "softnet"]
 NO_PROBES = ["--no-probe.runqlat", "--no-probe.cachestat", "--no-probe.drops"]
+# The same output too: node_exporter's zoneinfo writes every field of
+# every zone, usescope's only with this flag.
+US_SAME_OUTPUT = ["--collector.zoneinfo.all"]
 
 
 def sh(cmd, **kw):
@@ -247,7 +250,7 @@ def main():
 
     up, np_ = free_port(), free_port()
     us = Exporter("usescope", [USESCOPE, f"--web.listen-address=127.0.0.1:{up}", "--collector.disable-defaults"]
-                  + [f"--collector.{c}" for c in US_COLLECTORS] + NO_PROBES, up)
+                  + [f"--collector.{c}" for c in US_COLLECTORS] + US_SAME_OUTPUT + NO_PROBES, up)
     ne = Exporter("node_exporter", [ne_bin, f"--web.listen-address=127.0.0.1:{np_}", "--collector.disable-defaults"]
                   + [f"--collector.{c}" for c in NE_COLLECTORS], np_)
     try:

@@ -356,126 +356,134 @@ fn dmi_leaves_out_root_only_strings_when_not_root() {
     assert!(d.stop().success());
 }
 
-#[test]
-fn watchdog_matches_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
-        return;
-    };
-    let (pair, d) = sysfs_collector_differences(&ne, "watchdog", &[]);
-    let n = samples(&pair.node_exporter);
-    assert!(n.contains_key("node_watchdog_timeleft_seconds{name=\"watchdog0\"}"));
-    assert!(n.keys().any(|k| k.contains("Software Watchdog")));
-    assert_eq!(d, BTreeSet::new());
+/// One sysfs collector against node_exporter over the fixture tree, with
+/// `flags`: no difference at all, and the node_exporter side shows what
+/// the case is about (so a comparison of nothing cannot pass).
+struct Case {
+    collector: &'static str,
+    flags: &'static [&'static str],
+    /// Family names node_exporter writes, or text one of its series
+    /// contains (a whole `name{labels}`, or a label pair).
+    present: &'static [&'static str],
+    /// Text no series of node_exporter's contains (a filtered device).
+    absent: &'static [&'static str],
 }
 
-#[test]
-fn rapl_matches_node_exporter_with_and_without_zone_label() {
-    let Some(ne) = common::node_exporter() else {
-        return;
-    };
-    let (pair, d) = sysfs_collector_differences(&ne, "rapl", &[]);
-    assert!(families(&pair.node_exporter).contains_key("node_rapl_dram_joules_total"));
-    assert!(families(&pair.node_exporter).contains_key("node_rapl_package_joules_total"));
-    assert_eq!(d, BTreeSet::new());
-    let (pair, d) =
-        sysfs_collector_differences(&ne, "rapl", &["--collector.rapl.enable-zone-label"]);
-    let n = samples(&pair.node_exporter);
-    assert!(n.keys().any(|k| k.contains("rapl_zone=\"core\"")));
-    assert_eq!(d, BTreeSet::new());
-}
+const CASES: &[Case] = &[
+    Case {
+        collector: "watchdog",
+        flags: &[],
+        present: &[
+            r#"node_watchdog_timeleft_seconds{name="watchdog0"}"#,
+            "Software Watchdog",
+        ],
+        absent: &[],
+    },
+    Case {
+        collector: "rapl",
+        flags: &[],
+        present: &[
+            "node_rapl_dram_joules_total",
+            "node_rapl_package_joules_total",
+        ],
+        absent: &[],
+    },
+    Case {
+        collector: "rapl",
+        flags: &["--collector.rapl.enable-zone-label"],
+        present: &[r#"rapl_zone="core""#],
+        absent: &[],
+    },
+    Case {
+        collector: "dmmultipath",
+        flags: &[],
+        present: &[r#"node_dmmultipath_device_paths_failed{device="mpathb",sysfs_name="dm-1"}"#],
+        absent: &[],
+    },
+    Case {
+        collector: "infiniband",
+        flags: &[],
+        present: &[
+            r#"node_infiniband_rx_write_requests_total{device="mlx5_0",port="1"}"#,
+            r#"node_infiniband_state_id{device="mlx4_0",port="2"}"#,
+        ],
+        absent: &[],
+    },
+    Case {
+        collector: "infiniband",
+        flags: &["--collector.infiniband.device-include=^mlx5"],
+        present: &[r#"node_infiniband_rx_write_requests_total{device="mlx5_0",port="1"}"#],
+        absent: &["mlx4_0"],
+    },
+    Case {
+        collector: "fibrechannel",
+        flags: &[],
+        present: &[r#"node_fibrechannel_loss_of_signal_total{fc_host="host1"}"#],
+        absent: &[r#"node_fibrechannel_nos_total{fc_host="host0"}"#],
+    },
+    Case {
+        collector: "tapestats",
+        flags: &[],
+        present: &[r#"node_tape_write_time_seconds_total{device="st0"}"#],
+        absent: &[],
+    },
+    Case {
+        collector: "tapestats",
+        flags: &["--collector.tapestats.ignored-devices=^st0$"],
+        present: &[],
+        absent: &[r#""st0""#],
+    },
+    Case {
+        collector: "bcache",
+        flags: &[],
+        present: &[
+            "node_bcache_writeback_rate_proportional_term",
+            "node_bcache_cache_readaheads_total",
+        ],
+        absent: &["node_bcache_priority_stats_unused_percent"],
+    },
+    Case {
+        collector: "bcache",
+        flags: &["--collector.bcache.priorityStats"],
+        present: &["node_bcache_priority_stats_unused_percent"],
+        absent: &[],
+    },
+    Case {
+        collector: "bcachefs",
+        flags: &[],
+        present: &[
+            "node_bcachefs_device_io_done_bytes_total",
+            "node_bcachefs_write_super_total",
+        ],
+        absent: &[],
+    },
+];
 
 #[test]
-fn dmmultipath_matches_node_exporter() {
+fn sysfs_collectors_match_node_exporter_one_by_one() {
     let Some(ne) = common::node_exporter() else {
         return;
     };
-    let (pair, d) = sysfs_collector_differences(&ne, "dmmultipath", &[]);
-    let n = samples(&pair.node_exporter);
-    assert!(n.contains_key(
-        "node_dmmultipath_device_paths_failed{device=\"mpathb\",sysfs_name=\"dm-1\"}"
-    ));
-    assert_eq!(d, BTreeSet::new());
-}
-
-#[test]
-fn infiniband_matches_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
-        return;
-    };
-    let (pair, d) = sysfs_collector_differences(&ne, "infiniband", &[]);
-    let n = samples(&pair.node_exporter);
-    assert!(
-        n.contains_key("node_infiniband_rx_write_requests_total{device=\"mlx5_0\",port=\"1\"}")
-    );
-    assert!(n.contains_key("node_infiniband_state_id{device=\"mlx4_0\",port=\"2\"}"));
-    assert_eq!(d, BTreeSet::new());
-    let (pair, d) = sysfs_collector_differences(
-        &ne,
-        "infiniband",
-        &["--collector.infiniband.device-include=^mlx5"],
-    );
-    let n = samples(&pair.node_exporter);
-    assert!(!n.keys().any(|k| k.contains("mlx4_0")));
-    assert_eq!(d, BTreeSet::new());
-}
-
-#[test]
-fn fibrechannel_matches_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
-        return;
-    };
-    let (pair, d) = sysfs_collector_differences(&ne, "fibrechannel", &[]);
-    let n = samples(&pair.node_exporter);
-    assert!(n.contains_key("node_fibrechannel_loss_of_signal_total{fc_host=\"host1\"}"));
-    assert!(!n.contains_key("node_fibrechannel_nos_total{fc_host=\"host0\"}"));
-    assert_eq!(d, BTreeSet::new());
-}
-
-#[test]
-fn tapestats_matches_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
-        return;
-    };
-    let (pair, d) = sysfs_collector_differences(&ne, "tapestats", &[]);
-    let n = samples(&pair.node_exporter);
-    assert!(n.contains_key("node_tape_write_time_seconds_total{device=\"st0\"}"));
-    assert_eq!(d, BTreeSet::new());
-    let (pair, d) = sysfs_collector_differences(
-        &ne,
-        "tapestats",
-        &["--collector.tapestats.ignored-devices=^st0$"],
-    );
-    let n = samples(&pair.node_exporter);
-    assert!(!n.keys().any(|k| k.contains("\"st0\"")));
-    assert_eq!(d, BTreeSet::new());
-}
-
-#[test]
-fn bcache_matches_node_exporter_with_and_without_priority_stats() {
-    let Some(ne) = common::node_exporter() else {
-        return;
-    };
-    let (pair, d) = sysfs_collector_differences(&ne, "bcache", &[]);
-    assert!(
-        families(&pair.node_exporter).contains_key("node_bcache_writeback_rate_proportional_term")
-    );
-    assert!(families(&pair.node_exporter).contains_key("node_bcache_cache_readaheads_total"));
-    assert_eq!(d, BTreeSet::new());
-    let (pair, d) =
-        sysfs_collector_differences(&ne, "bcache", &["--collector.bcache.priorityStats"]);
-    assert!(
-        families(&pair.node_exporter).contains_key("node_bcache_priority_stats_unused_percent")
-    );
-    assert_eq!(d, BTreeSet::new());
-}
-
-#[test]
-fn bcachefs_matches_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
-        return;
-    };
-    let (pair, d) = sysfs_collector_differences(&ne, "bcachefs", &[]);
-    assert!(families(&pair.node_exporter).contains_key("node_bcachefs_device_io_done_bytes_total"));
-    assert!(families(&pair.node_exporter).contains_key("node_bcachefs_write_super_total"));
-    assert_eq!(d, BTreeSet::new());
+    let mut failures = Vec::new();
+    for case in CASES {
+        let what = format!("{} {:?}", case.collector, case.flags);
+        let (pair, d) = sysfs_collector_differences(&ne, case.collector, case.flags);
+        let fams = families(&pair.node_exporter);
+        let n = samples(&pair.node_exporter);
+        if !d.is_empty() {
+            failures.push(format!("{what}: differences {d:?}"));
+        }
+        for p in case.present {
+            let there = fams.contains_key(*p) || n.keys().any(|k| k.contains(p));
+            if !there {
+                failures.push(format!("{what}: node_exporter has no {p}"));
+            }
+        }
+        for a in case.absent {
+            if n.keys().any(|k| k.contains(a)) {
+                failures.push(format!("{what}: node_exporter still has {a}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }

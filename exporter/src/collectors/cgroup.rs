@@ -26,7 +26,7 @@
 //!
 //! Per-scrape cost grows with the cgroups selected (all are read, folded
 //! ones too, so that `other` adds up): 12-15 files each on v1, 11 on v2.
-//! Descriptors are kept within [`read::kept_budget`].
+//! Descriptors are kept within the budget in `read.rs`.
 
 mod fold;
 mod hierarchy;

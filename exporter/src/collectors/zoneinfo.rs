@@ -10,20 +10,34 @@
 //!   watermarks and sizes but no `nr_free_pages`, and cannot fire the alert;
 //! - the per-node counters the kernel prints under the node's first zone
 //!   (`nr_inactive_anon`, `nr_dirty`, …) are exported with that zone's
-//!   labels, as node_exporter does.
+//!   labels, as node_exporter does, but only with
+//!   `--collector.zoneinfo.all`, as are empty zones (`present 0`): by
+//!   default the collector writes the populated zones' free pages,
+//!   watermarks, sizes, NUMA counters and protection. No shipped rule or
+//!   dashboard reads the rest, /proc/vmstat and /proc/meminfo carry the
+//!   host's sums of those counters, and they were a third of the
+//!   collector's series (the series budget in docs/fleet.md).
 
-use crate::collectors::{Parser, Settings, Source, Spec};
+use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::kernel::error::{CollectError, ParseError, excerpt};
 use crate::kernel::parse::{KeysByLen, fields, keys_by_len, lines, recycle, u64_field};
 use crate::kernel::source::{Read, SourceFile};
 use crate::scrape::collector::Collector;
 use crate::scrape::exposition::{Desc, Encoder};
 
+pub const ALL: &str = "collector.zoneinfo.all";
+
 pub const SPEC: Spec = Spec {
     name: "zoneinfo",
     default_enabled: true,
     help: "Free pages and watermarks per NUMA node and zone from /proc/zoneinfo",
-    flags: &[],
+    flags: &[Flag {
+        name: ALL,
+        help: "Every field of every zone, as node_exporter's zoneinfo collector writes them: also empty zones (present 0) and the per-node counters the kernel prints under each node's first zone (nr_active_anon .. nr_written).",
+        default: Some("false"),
+        kind: FlagKind::Bool,
+        conflicts_with: None,
+    }],
     build,
     sources: &[Source::proc("zoneinfo", "zoneinfo")],
     parsers: &[Parser::numeric("zoneinfo", |t| {
@@ -361,8 +375,16 @@ fn protection(line: &str, zone: &mut Zone, n: usize) -> Result<(), ParseError> {
     Ok(())
 }
 
+/// `FIELDS[NODE_COUNTERS]`: the per-node counters (nr_active_anon ..
+/// nr_written), written only with [`ALL`].
+const NODE_COUNTERS: std::ops::Range<usize> = 8..28;
+/// `FIELDS[PRESENT]`: `present`, 0 in an empty zone.
+const PRESENT: usize = 6;
+
 pub struct ZoneInfoCollector {
     file: SourceFile,
+    /// [`ALL`]: node_exporter's every field of every zone.
+    all: bool,
     /// Kept empty between scrapes; only its allocation is reused.
     zones: Vec<Zone<'static>>,
 }
@@ -370,6 +392,7 @@ pub struct ZoneInfoCollector {
 pub fn build(s: &Settings) -> Box<dyn Collector> {
     Box::new(ZoneInfoCollector {
         file: SourceFile::new(&s.procfs, "zoneinfo"),
+        all: s.switch(ALL),
         zones: Vec::new(),
     })
 }
@@ -383,30 +406,41 @@ impl Collector for ZoneInfoCollector {
         let mut zones = recycle(std::mem::take(&mut self.zones));
         let parsed = parse_into(text, &mut zones);
         if parsed.is_ok() {
-            encode(&zones, enc);
+            encode(&zones, self.all, enc);
         }
         self.zones = recycle(zones);
         parsed.map_err(|e| self.file.parse_error(e))
     }
 }
 
-/// Writes one family per field, with a sample for each zone that has it.
-fn encode(zones: &[Zone], enc: &mut Encoder) {
+/// Writes one family per field, with a sample for each zone that has it:
+/// every field of every zone when `all`, else only populated zones and no
+/// per-node counters (see the module documentation).
+fn encode(zones: &[Zone], all: bool, enc: &mut Encoder) {
+    let written = |z: &Zone| all || z.values[PRESENT] != Some(0);
     for (i, f) in FIELDS.iter().enumerate() {
-        if zones.iter().all(|z| z.values[i].is_none()) {
+        if !all && NODE_COUNTERS.contains(&i) {
+            continue;
+        }
+        if zones.iter().all(|z| !written(z) || z.values[i].is_none()) {
             continue;
         }
         enc.family(&f.desc);
-        for z in zones {
+        for z in zones.iter().filter(|z| written(z)) {
             if let Some(v) = z.values[i] {
                 enc.sample(&f.desc, &[("node", z.node), ("zone", z.zone)], v);
             }
         }
     }
-    let entries = zones.iter().map(|z| z.protection_len).max().unwrap_or(0);
+    let entries = zones
+        .iter()
+        .filter(|z| written(z))
+        .map(|z| z.protection_len)
+        .max()
+        .unwrap_or(0);
     for (i, desc) in PROTECTION.iter().enumerate().take(entries) {
         enc.family(desc);
-        for z in zones {
+        for z in zones.iter().filter(|z| written(z)) {
             if let Some(&v) = z.protection().get(i) {
                 enc.sample(desc, &[("node", z.node), ("zone", z.zone)], v);
             }
@@ -430,11 +464,61 @@ mod tests {
     fn render(s: &str) -> Result<String, ParseError> {
         let zones = parse(s)?;
         let mut buf = Vec::new();
-        encode(&zones, &mut Encoder::new(&mut buf, Format::PrometheusText));
+        encode(
+            &zones,
+            true,
+            &mut Encoder::new(&mut buf, Format::PrometheusText),
+        );
         Ok(String::from_utf8(buf).unwrap())
     }
 
     const ZONE: &str = "Node 0, zone   Normal\n  pages free     5\n        min      1\n        low      2\n        high     3\n        protection: (0, 0)\n      nr_free_pages 5\n";
+
+    #[test]
+    fn the_default_leaves_out_empty_zones_and_node_counters() {
+        assert_eq!(FIELDS[PRESENT].key, "present");
+        assert_eq!(FIELDS[NODE_COUNTERS.start].key, "nr_active_anon");
+        assert_eq!(FIELDS[NODE_COUNTERS.end - 1].key, "nr_written");
+        let zones = parse(FIXTURE).unwrap();
+        let mut buf = Vec::new();
+        encode(
+            &zones,
+            false,
+            &mut Encoder::new(&mut buf, Format::PrometheusText),
+        );
+        let lean = String::from_utf8(buf).unwrap();
+        let full = render(FIXTURE).unwrap();
+        let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+        assert!(samples(&lean) < samples(&full), "{lean}");
+        // Every default sample is the full output's, and what the rules
+        // read is all there.
+        for l in lean.lines().filter(|l| !l.starts_with('#')) {
+            assert!(full.lines().any(|f| f == l), "{l}");
+        }
+        for l in full.lines().filter(|l| !l.starts_with('#')) {
+            let rules_read = [
+                "nr_free_pages{",
+                "min_pages{",
+                "low_pages{",
+                "high_pages{",
+                "managed_pages{",
+            ]
+            .iter()
+            .any(|f| l.starts_with(&format!("node_zoneinfo_{f}")));
+            let empty = zones
+                .iter()
+                .filter(|z| z.get("present") == Some(0))
+                .any(|z| l.contains(&format!("zone=\"{}\"", z.zone)));
+            if rules_read && !empty {
+                assert!(lean.contains(l), "{l}");
+            }
+        }
+        assert!(
+            !lean.contains("zone=\"Movable\""),
+            "the fixture's Movable zone is empty"
+        );
+        assert!(!lean.contains("node_zoneinfo_nr_dirty_pages"));
+    }
 
     #[test]
     fn field_index_finds_every_key() {
@@ -493,10 +577,14 @@ mod tests {
         assert!(node3[0].get("nr_free_pages").is_some());
     }
 
+    /// With `--collector.zoneinfo.all`: node_exporter's every field of
+    /// every zone.
     #[test]
     fn collector_output_on_fixture() {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/proc");
-        let mut c = build(&Settings::with_roots(root, "/nonexistent"));
+        let mut s = Settings::with_roots(root, "/nonexistent");
+        s.set(ALL, Some(crate::collectors::FlagValue::Bool(true)));
+        let mut c = build(&s);
         let mut buf = Vec::new();
         c.collect(&mut Encoder::new(&mut buf, Format::PrometheusText))
             .unwrap();

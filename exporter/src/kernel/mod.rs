@@ -4,7 +4,9 @@
 
 pub mod absence;
 pub mod btrfs_ioctl;
+pub mod dirents;
 pub mod error;
+pub mod fd_budget;
 pub mod file_watch;
 pub mod fs_kind;
 pub mod go_compat;

@@ -48,11 +48,11 @@ use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::kernel::absence::{Epoch, Memo, Stamp};
+use crate::kernel::dirents;
 use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::fd_budget::{Budget, Unit};
 use crate::kernel::fs_kind::{is_kernel_fs_magic, magic_of_fd};
 
 /// Most bytes read from one source file. The largest real sources are a
@@ -92,7 +92,7 @@ pub struct SourceFile {
     /// A device attribute ([`SourceFile::attribute`]).
     attribute: bool,
     /// The budget slot a kept attribute descriptor holds.
-    slot: Option<AttributeSlot>,
+    slot: Option<Unit>,
     /// Whether a descriptor on procfs/sysfs is kept between reads.
     keep: bool,
     /// A sysfs attribute under a root known to be a real sysfs, read
@@ -106,53 +106,20 @@ pub struct SourceFile {
     device_gone: bool,
 }
 
-/// Most attribute descriptors kept open at once, process-wide: 512, or an
+/// Attribute descriptors kept open at once, process-wide: 512, or an
 /// eighth of the soft open-files limit if that is less. 512 descriptors
 /// pin about 2 MiB of kernel memory; the web server leaves this many
 /// descriptors free of connections (server.rs).
-pub fn attribute_fd_budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit only writes the struct we pass.
-        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-            usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
-        } else {
-            1024
-        };
-        (soft / 8).min(512)
-    })
-}
+static ATTRIBUTES: Budget = Budget::new(8, 512);
 
-static KEPT_ATTRIBUTES: AtomicUsize = AtomicUsize::new(0);
+/// Most attribute descriptors kept open at once ([`ATTRIBUTES`]).
+pub fn attribute_fd_budget() -> usize {
+    ATTRIBUTES.limit()
+}
 
 /// Attribute descriptors kept open now (for tests and the budget).
 pub fn kept_attributes() -> usize {
-    KEPT_ATTRIBUTES.load(Ordering::Relaxed)
-}
-
-/// One unit of [`attribute_fd_budget`], given back when dropped.
-#[derive(Debug)]
-struct AttributeSlot(());
-
-impl AttributeSlot {
-    fn acquire() -> Option<AttributeSlot> {
-        KEPT_ATTRIBUTES
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < attribute_fd_budget()).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| AttributeSlot(()))
-    }
-}
-
-impl Drop for AttributeSlot {
-    fn drop(&mut self) {
-        KEPT_ATTRIBUTES.fetch_sub(1, Ordering::Relaxed);
-    }
+    ATTRIBUTES.kept()
 }
 
 /// Errors that mean a device does not report an attribute now: EINVAL (a
@@ -463,7 +430,7 @@ impl SourceFile {
         if keep && self.keep && is_kernel_fs(&f) {
             if !self.attribute {
                 self.kept = Some(f);
-            } else if let Some(slot) = AttributeSlot::acquire() {
+            } else if let Some(slot) = ATTRIBUTES.take() {
                 self.kept = Some(f);
                 self.slot = Some(slot);
             }
@@ -920,56 +887,22 @@ pub fn list_fd_entries(
     buf: &mut Vec<u8>,
     mut each: impl FnMut(RawDirEntry<'_>),
 ) -> io::Result<()> {
-    if buf.len() < 16 << 10 {
-        buf.resize(16 << 10, 0);
-    }
-    // SAFETY: lseek on a descriptor the caller owns; directories on every
-    // Linux filesystem accept SEEK_SET 0 to restart the listing.
-    if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    loop {
-        // SAFETY: getdents64 writes at most buf.len() bytes into buf.
-        let got = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
-        if got < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+    dirents::for_each(fd, buf, 16 << 10, |e| {
+        if !e.is_dot()
+            && let Ok(n) = std::str::from_utf8(e.name)
+        {
+            let is_file = match e.d_type {
+                libc::DT_UNKNOWN => is_regular_at(fd, e.name),
+                t => t == libc::DT_REG,
+            };
+            each(RawDirEntry {
+                name: n,
+                ino: e.ino,
+                is_file,
+            });
         }
-        if got == 0 {
-            return Ok(());
-        }
-        let mut rest = &buf[..got as usize];
-        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
-        // d_type (1), then the NUL-terminated name.
-        while rest.len() > 19 {
-            let reclen = usize::from(u16::from_ne_bytes([rest[16], rest[17]]));
-            if reclen <= 19 || reclen > rest.len() {
-                break;
-            }
-            let mut ino = [0u8; 8];
-            ino.copy_from_slice(&rest[..8]);
-            let name = &rest[19..reclen];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-            if name != b"."
-                && name != b".."
-                && let Ok(n) = std::str::from_utf8(name)
-            {
-                let is_file = match rest[18] {
-                    libc::DT_UNKNOWN => is_regular_at(fd, name),
-                    t => t == libc::DT_REG,
-                };
-                each(RawDirEntry {
-                    name: n,
-                    ino: u64::from_ne_bytes(ino),
-                    is_file,
-                });
-            }
-            rest = &rest[reclen..];
-        }
-    }
+        true
+    })
 }
 
 /// Whether `name` in the directory open at `fd` is a regular file, for a

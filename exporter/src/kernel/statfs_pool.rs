@@ -411,24 +411,9 @@ fn worker(shared: &Shared) {
 /// result copied: the libc crate's `struct statfs` hides `f_flags`, and
 /// statvfs's `f_flag` is the same value. (The field types differ between
 /// architectures, hence the casts.)
-#[allow(clippy::unnecessary_cast)]
 pub fn statfs(path: &CStr) -> Result<Stats, i32> {
-    loop {
-        let mut buf = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-        // SAFETY: a NUL-terminated path and a buffer of the right type.
-        let r = unsafe { libc::statvfs(path.as_ptr(), buf.as_mut_ptr()) };
-        if r == 0 {
-            // SAFETY: statvfs filled it (and it was zeroed before).
-            let s = unsafe { buf.assume_init() };
-            return Ok(stats_of(&s));
-        }
-        let e = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
+    // SAFETY: a NUL-terminated path and a buffer of the right type.
+    statvfs_retried(|buf| unsafe { libc::statvfs(path.as_ptr(), buf) })
 }
 
 /// [`statfs`] of `path` resolved with `root` as `/` (openat2's
@@ -467,14 +452,18 @@ pub fn statfs_in_root(root: BorrowedFd<'_>, path: &CStr) -> Result<Stats, i32> {
 
 /// [`statfs`] of an open descriptor (fstatvfs: the same system call's
 /// result with `f_flag`).
-#[allow(clippy::unnecessary_cast)]
 fn fstatfs(fd: BorrowedFd<'_>) -> Result<Stats, i32> {
+    // SAFETY: a valid descriptor and a buffer of the right type.
+    statvfs_retried(|buf| unsafe { libc::fstatvfs(fd.as_raw_fd(), buf) })
+}
+
+/// Runs `call` (statvfs or fstatvfs into the buffer given) until it is
+/// not interrupted: the stats, or the errno.
+fn statvfs_retried(call: impl Fn(*mut libc::statvfs) -> libc::c_int) -> Result<Stats, i32> {
     loop {
         let mut buf = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-        // SAFETY: a valid descriptor and a buffer of the right type.
-        let r = unsafe { libc::fstatvfs(fd.as_raw_fd(), buf.as_mut_ptr()) };
-        if r == 0 {
-            // SAFETY: fstatvfs filled it (and it was zeroed before).
+        if call(buf.as_mut_ptr()) == 0 {
+            // SAFETY: the call filled it (and it was zeroed before).
             let s = unsafe { buf.assume_init() };
             return Ok(stats_of(&s));
         }

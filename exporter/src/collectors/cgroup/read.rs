@@ -8,7 +8,7 @@
 //! 2-2.5 µs (`memory.stat` 20 µs either way: the kernel sums the
 //! statistics). Each kept descriptor pins a kernfs open file and its
 //! seq_file buffer, about 4-5 KiB of kernel memory, so they are kept only
-//! up to [`kept_budget`], and only on a real cgroup filesystem: elsewhere
+//! up to [`KEPT`], and only on a real cgroup filesystem: elsewhere
 //! (a fixture tree) a file may be replaced, and a kept descriptor would go
 //! on reading the old one.
 //!
@@ -21,9 +21,9 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::kernel::fd_budget::{Budget, Unit};
 
 /// Most bytes read from one cgroup file. The largest real ones are the v1
 /// blkio files at six lines per device (about 200 bytes a device): 1 MiB
@@ -36,51 +36,27 @@ pub const MAX_FILE_BYTES: usize = 1 << 20;
 /// files to existing cgroups, so absence is not remembered for good.
 pub const ABSENT_RECHECK: Duration = Duration::from_secs(30);
 
-/// Most descriptors kept open at once: 1024, or a sixteenth of the soft
+/// Descriptors kept open at once: 1024, or a sixteenth of the soft
 /// open-files limit if that is less (the daemon raises it to the hard
 /// limit at start). 1024 pin about 5 MiB of kernel memory and cover the
 /// 12-15 files of 70-85 v1 cgroups; the rest are opened at every scrape.
-pub fn kept_budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit only writes the struct we pass.
-        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-            usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
-        } else {
-            1024
-        };
-        (soft / 16).min(1024)
-    })
-}
-
-static KEPT: AtomicUsize = AtomicUsize::new(0);
+static KEPT: Budget = Budget::new(16, 1024);
 
 /// Descriptors kept now, process-wide.
 pub fn kept() -> usize {
-    KEPT.load(Ordering::Relaxed)
+    KEPT.kept()
 }
 
-/// A kept descriptor, counted against [`kept_budget`] until dropped.
+/// A kept descriptor, counted against [`KEPT`] until dropped.
 #[derive(Debug)]
-pub struct Kept(OwnedFd);
+pub struct Kept {
+    fd: OwnedFd,
+    _unit: Unit,
+}
 
 impl Kept {
     fn try_keep(fd: OwnedFd) -> Option<Kept> {
-        KEPT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < kept_budget()).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Kept(fd))
-    }
-}
-
-impl Drop for Kept {
-    fn drop(&mut self) {
-        KEPT.fetch_sub(1, Ordering::Relaxed);
+        KEPT.take().map(|unit| Kept { fd, _unit: unit })
     }
 }
 
@@ -142,7 +118,7 @@ impl Reader {
     ) -> Result<Got, Failed> {
         self.len = 0;
         if let Some(k) = &slot.kept {
-            match self.pread_all(k.0.as_raw_fd(), true) {
+            match self.pread_all(k.fd.as_raw_fd(), true) {
                 Ok(()) => return self.checked(),
                 Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
                     slot.kept = None;

@@ -20,6 +20,8 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use crate::kernel::dirents;
+
 /// What bounds the walks of one scrape, and what they ran into.
 #[derive(Debug, Default, Clone)]
 pub struct Limits {
@@ -269,63 +271,21 @@ pub fn list_dirs(
     buf: &mut Vec<u8>,
     mut each: impl FnMut(&[u8], u64) -> bool,
 ) -> io::Result<()> {
-    if buf.len() < 32 << 10 {
-        buf.resize(32 << 10, 0);
-    }
-    // SAFETY: lseek on a descriptor we borrow.
-    if unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    loop {
-        // SAFETY: getdents64 writes at most buf.len() bytes into buf.
-        let got = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                fd.as_raw_fd(),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
+    dirents::for_each(fd.as_raw_fd(), buf, 32 << 10, |e| {
+        let is_dir = match e.d_type {
+            libc::DT_DIR => true,
+            libc::DT_UNKNOWN => {
+                let mut c = e.name.to_vec();
+                c.push(0);
+                CStr::from_bytes_with_nul(&c)
+                    .ok()
+                    .and_then(|c| stat_at(fd, c).ok())
+                    .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            }
+            _ => false,
         };
-        if got < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if got == 0 {
-            return Ok(());
-        }
-        let mut rest = &buf[..got as usize];
-        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2),
-        // d_type (1), then the NUL-terminated name.
-        while rest.len() > 19 {
-            let reclen = usize::from(u16::from_ne_bytes([rest[16], rest[17]]));
-            if reclen <= 19 || reclen > rest.len() {
-                break;
-            }
-            let mut ino = [0u8; 8];
-            ino.copy_from_slice(&rest[..8]);
-            let name = &rest[19..reclen];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-            let is_dir = match rest[18] {
-                libc::DT_DIR => true,
-                libc::DT_UNKNOWN => {
-                    let mut c = name.to_vec();
-                    c.push(0);
-                    CStr::from_bytes_with_nul(&c)
-                        .ok()
-                        .and_then(|c| stat_at(fd, c).ok())
-                        .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-                }
-                _ => false,
-            };
-            if is_dir && name != b"." && name != b".." && !each(name, u64::from_ne_bytes(ino)) {
-                return Ok(());
-            }
-            rest = &rest[reclen..];
-        }
-    }
+        !is_dir || e.is_dot() || each(e.name, e.ino)
+    })
 }
 
 /// fstatat without following a last-component link.
