@@ -6,8 +6,9 @@
 //! (`fs.file-max`). Allocated over maximum is the utilisation of the
 //! kernel's file table; at the maximum, open(2) fails with ENFILE.
 
+use crate::collectors::single_file;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::error::ParseError;
 use crate::kernel::parse::{fields, lines, next_field, parse_fresh, u64_field};
 use crate::kernel::source::SourceFile;
 use crate::scrape::collector::Collector;
@@ -67,32 +68,19 @@ pub fn parse_into(s: &str, out: &mut FileNr) -> Result<(), ParseError> {
     Ok(())
 }
 
-pub struct FileFdCollector {
-    file: SourceFile,
-    parsed: FileNr,
-}
-
 pub fn build(s: &Settings) -> Box<dyn Collector> {
-    Box::new(FileFdCollector {
-        file: SourceFile::small(&s.procfs, "sys/fs/file-nr"),
-        parsed: FileNr::default(),
-    })
+    single_file::boxed(
+        SourceFile::small(&s.procfs, "sys/fs/file-nr"),
+        parse_into,
+        write,
+    )
 }
 
-impl Collector for FileFdCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let parsed = &mut self.parsed;
-        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
-            return Ok(());
-        }
-        for (desc, v) in [
-            (&ALLOCATED, self.parsed.allocated),
-            (&MAXIMUM, self.parsed.maximum),
-        ] {
-            enc.family(desc);
-            enc.sample(desc, &[], v);
-        }
-        Ok(())
+/// The families of one read of the file.
+fn write(parsed: &FileNr, enc: &mut Encoder) {
+    for (desc, v) in [(&ALLOCATED, parsed.allocated), (&MAXIMUM, parsed.maximum)] {
+        enc.family(desc);
+        enc.sample(desc, &[], v);
     }
 }
 

@@ -7,8 +7,9 @@
 //! `_x`, a `kB` value is multiplied by 1024 and gets `_bytes`, and the
 //! unitless `HugePages_*` page counts keep their bare name.
 
+use crate::collectors::single_file;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::error::ParseError;
 use crate::kernel::parse::{
     KeysByLen, fields, keys_by_len, lines, next_field, parse_fresh, u64_field,
 };
@@ -198,31 +199,17 @@ fn in_export_unit(f: &Field, value: u64, unit: Unit, line: usize) -> Result<u64,
     }
 }
 
-pub struct MemInfoCollector {
-    file: SourceFile,
-    parsed: MemInfo,
-}
-
 pub fn build(s: &Settings) -> Box<dyn Collector> {
-    Box::new(MemInfoCollector {
-        file: SourceFile::new(&s.procfs, "meminfo"),
-        parsed: MemInfo::default(),
-    })
+    single_file::boxed(SourceFile::new(&s.procfs, "meminfo"), parse_into, write)
 }
 
-impl Collector for MemInfoCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let parsed = &mut self.parsed;
-        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
-            return Ok(());
+/// The families of one read of the file.
+fn write(parsed: &MemInfo, enc: &mut Encoder) {
+    for (f, v) in FIELDS.iter().zip(parsed.values) {
+        if let Some(v) = v {
+            enc.family(&f.desc);
+            enc.sample(&f.desc, &[], v);
         }
-        for (f, v) in FIELDS.iter().zip(self.parsed.values) {
-            if let Some(v) = v {
-                enc.family(&f.desc);
-                enc.sample(&f.desc, &[], v);
-            }
-        }
-        Ok(())
     }
 }
 

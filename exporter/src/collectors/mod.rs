@@ -25,6 +25,7 @@ use crate::kernel::proc_stat;
 use crate::scrape::collector::Collector;
 
 pub mod dynamic;
+pub mod single_file;
 pub mod sysfs;
 
 /// Declares each collector module and lists its `SPEC` in [`ALL`], in the

@@ -11,8 +11,9 @@
 //! Every procedure of NFSv2, v3 and v4 is reported, 0 where the kernel has
 //! no `procN` line (a kernel built without NFSv2), as node_exporter does.
 
+use crate::collectors::single_file;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::error::ParseError;
 use crate::kernel::parse::parse_fresh;
 use crate::kernel::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::kernel::source::SourceFile;
@@ -159,49 +160,35 @@ pub fn parse_into(s: &str, out: &mut ClientStats) -> Result<(), ParseError> {
     })
 }
 
-pub struct NfsCollector {
-    file: SourceFile,
-    parsed: ClientStats,
-}
-
 pub fn build(s: &Settings) -> Box<dyn Collector> {
-    Box::new(NfsCollector {
-        file: SourceFile::new(&s.procfs, "net/rpc/nfs"),
-        parsed: ClientStats::default(),
-    })
+    single_file::boxed(SourceFile::new(&s.procfs, "net/rpc/nfs"), parse_into, write)
 }
 
-impl Collector for NfsCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let parsed = &mut self.parsed;
-        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
-            return Ok(()); // no NFS client in this kernel
+/// The families of one read of the file.
+fn write(parsed: &ClientStats, enc: &mut Encoder) {
+    let p = &parsed;
+    enc.family(&PACKETS);
+    enc.sample(&PACKETS, &[("protocol", "udp")], p.net[1]);
+    enc.sample(&PACKETS, &[("protocol", "tcp")], p.net[2]);
+    for (desc, v) in [
+        (&CONNECTIONS, p.net[3]),
+        (&RPCS, p.rpc[0]),
+        (&RETRANSMISSIONS, p.rpc[1]),
+        (&AUTH_REFRESHES, p.rpc[2]),
+    ] {
+        enc.family(desc);
+        enc.sample(desc, &[], v);
+    }
+    enc.family(&REQUESTS);
+    let versions: [(&str, &[&str], &[u64]); 3] = [
+        ("2", &V2_PROCEDURES, &p.v2),
+        ("3", &V3_PROCEDURES, &p.v3),
+        ("4", &V4_PROCEDURES, &p.v4),
+    ];
+    for (proto, names, values) in versions {
+        for (method, v) in names.iter().zip(values) {
+            enc.sample(&REQUESTS, &[("proto", proto), ("method", method)], *v);
         }
-        let p = &self.parsed;
-        enc.family(&PACKETS);
-        enc.sample(&PACKETS, &[("protocol", "udp")], p.net[1]);
-        enc.sample(&PACKETS, &[("protocol", "tcp")], p.net[2]);
-        for (desc, v) in [
-            (&CONNECTIONS, p.net[3]),
-            (&RPCS, p.rpc[0]),
-            (&RETRANSMISSIONS, p.rpc[1]),
-            (&AUTH_REFRESHES, p.rpc[2]),
-        ] {
-            enc.family(desc);
-            enc.sample(desc, &[], v);
-        }
-        enc.family(&REQUESTS);
-        let versions: [(&str, &[&str], &[u64]); 3] = [
-            ("2", &V2_PROCEDURES, &p.v2),
-            ("3", &V3_PROCEDURES, &p.v3),
-            ("4", &V4_PROCEDURES, &p.v4),
-        ];
-        for (proto, names, values) in versions {
-            for (method, v) in names.iter().zip(values) {
-                enc.sample(&REQUESTS, &[("proto", proto), ("method", method)], *v);
-            }
-        }
-        Ok(())
     }
 }
 

@@ -8,8 +8,9 @@
 //! capacity, `rpc_errors_total` (bad format, bad authentication, bad
 //! client) its errors, and `requests_total` by operation its load.
 
+use crate::collectors::single_file;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::kernel::error::{CollectError, ParseError};
+use crate::kernel::error::ParseError;
 use crate::kernel::parse::parse_fresh;
 use crate::kernel::rpc_stats::{V2_PROCEDURES, V3_PROCEDURES, counted, each_line, fixed};
 use crate::kernel::source::SourceFile;
@@ -233,71 +234,61 @@ pub fn parse_into(s: &str, out: &mut ServerStats) -> Result<(), ParseError> {
     })
 }
 
-pub struct NfsdCollector {
-    file: SourceFile,
-    parsed: ServerStats,
-}
-
 pub fn build(s: &Settings) -> Box<dyn Collector> {
-    Box::new(NfsdCollector {
-        file: SourceFile::new(&s.procfs, "net/rpc/nfsd"),
-        parsed: ServerStats::default(),
-    })
+    single_file::boxed(
+        SourceFile::new(&s.procfs, "net/rpc/nfsd"),
+        parse_into,
+        write,
+    )
 }
 
-impl Collector for NfsdCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let parsed = &mut self.parsed;
-        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
-            return Ok(()); // no NFS server in this kernel
-        }
-        let p = &self.parsed;
-        for (desc, v) in [
-            (&CACHE_HITS, p.reply_cache[0]),
-            (&CACHE_MISSES, p.reply_cache[1]),
-            (&CACHE_NOCACHE, p.reply_cache[2]),
-            (&STALE_HANDLES, p.file_handles[0]),
-            (&BYTES_READ, p.io[0]),
-            (&BYTES_WRITTEN, p.io[1]),
-            (&THREADS, p.threads),
-            (&RA_SIZE, p.read_ahead[0]),
-            (&RA_NOT_FOUND, p.read_ahead[11]),
-        ] {
-            enc.family(desc);
-            enc.sample(desc, &[], v);
-        }
-        enc.family(&PACKETS);
-        enc.sample(&PACKETS, &[("proto", "udp")], p.net[1]);
-        enc.sample(&PACKETS, &[("proto", "tcp")], p.net[2]);
-        enc.family(&CONNECTIONS);
-        enc.sample(&CONNECTIONS, &[], p.net[3]);
-        enc.family(&RPC_ERRORS);
-        for (error, v) in [("fmt", p.rpc[2]), ("auth", p.rpc[3]), ("cInt", p.rpc[4])] {
-            enc.sample(&RPC_ERRORS, &[("error", error)], v);
-        }
-        enc.family(&RPCS);
-        enc.sample(&RPCS, &[], p.rpc[0]);
-        enc.family(&REQUESTS);
-        // node_exporter leaves out NULL, the RPC ping, of v2 and v3.
-        let versions: [(&str, &[&str], &[u64]); 3] = [
-            ("2", &V2_PROCEDURES[1..], &p.v2[1..]),
-            ("3", &V3_PROCEDURES[1..], &p.v3[1..]),
-            ("4", &V4_OPERATIONS, &p.v4_ops),
-        ];
-        for (proto, names, values) in versions {
-            for (method, v) in names.iter().zip(values) {
-                if !method.is_empty() {
-                    enc.sample(&REQUESTS, &[("proto", proto), ("method", method)], *v);
-                }
+/// The families of one read of the file.
+fn write(parsed: &ServerStats, enc: &mut Encoder) {
+    let p = &parsed;
+    for (desc, v) in [
+        (&CACHE_HITS, p.reply_cache[0]),
+        (&CACHE_MISSES, p.reply_cache[1]),
+        (&CACHE_NOCACHE, p.reply_cache[2]),
+        (&STALE_HANDLES, p.file_handles[0]),
+        (&BYTES_READ, p.io[0]),
+        (&BYTES_WRITTEN, p.io[1]),
+        (&THREADS, p.threads),
+        (&RA_SIZE, p.read_ahead[0]),
+        (&RA_NOT_FOUND, p.read_ahead[11]),
+    ] {
+        enc.family(desc);
+        enc.sample(desc, &[], v);
+    }
+    enc.family(&PACKETS);
+    enc.sample(&PACKETS, &[("proto", "udp")], p.net[1]);
+    enc.sample(&PACKETS, &[("proto", "tcp")], p.net[2]);
+    enc.family(&CONNECTIONS);
+    enc.sample(&CONNECTIONS, &[], p.net[3]);
+    enc.family(&RPC_ERRORS);
+    for (error, v) in [("fmt", p.rpc[2]), ("auth", p.rpc[3]), ("cInt", p.rpc[4])] {
+        enc.sample(&RPC_ERRORS, &[("error", error)], v);
+    }
+    enc.family(&RPCS);
+    enc.sample(&RPCS, &[], p.rpc[0]);
+    enc.family(&REQUESTS);
+    // node_exporter leaves out NULL, the RPC ping, of v2 and v3.
+    let versions: [(&str, &[&str], &[u64]); 3] = [
+        ("2", &V2_PROCEDURES[1..], &p.v2[1..]),
+        ("3", &V3_PROCEDURES[1..], &p.v3[1..]),
+        ("4", &V4_OPERATIONS, &p.v4_ops),
+    ];
+    for (proto, names, values) in versions {
+        for (method, v) in names.iter().zip(values) {
+            if !method.is_empty() {
+                enc.sample(&REQUESTS, &[("proto", proto), ("method", method)], *v);
             }
         }
-        enc.sample(
-            &REQUESTS,
-            &[("proto", "4"), ("method", "WdelegGetattr")],
-            p.wdeleg_getattr,
-        );
-        Ok(())
     }
+    enc.sample(
+        &REQUESTS,
+        &[("proto", "4"), ("method", "WdelegGetattr")],
+        p.wdeleg_getattr,
+    );
 }
 
 #[cfg(test)]

@@ -10,8 +10,9 @@
 //! The file exists only on kernels built with CONFIG_SCHEDSTATS; where it
 //! is absent the collector emits nothing and still succeeds.
 
+use crate::collectors::single_file;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::error::{ParseError, excerpt};
 use crate::kernel::parse::{cpu_id, fields, lines, next_field, parse_fresh, u64_field};
 use crate::kernel::source::SourceFile;
 use crate::scrape::collector::Collector;
@@ -148,25 +149,16 @@ fn parse_cpu<'a>(
     })
 }
 
-pub struct SchedstatCollector {
-    file: SourceFile,
-    parsed: Schedstat,
-}
-
 pub fn build(s: &Settings) -> Box<dyn Collector> {
-    Box::new(SchedstatCollector {
-        file: SourceFile::new(&s.procfs, "schedstat"),
-        parsed: Schedstat::default(),
-    })
+    single_file::boxed(SourceFile::new(&s.procfs, "schedstat"), parse_into, write)
 }
 
-impl SchedstatCollector {
-    fn encode(&self, enc: &mut Encoder) {
-        let cpus = &self.parsed.cpus;
-        family(enc, &RUNNING, cpus, |c| seconds(c.running_ns));
-        family(enc, &WAITING, cpus, |c| seconds(c.waiting_ns));
-        family(enc, &TIMESLICES, cpus, |c| Value::U64(c.timeslices));
-    }
+/// The families of one read of the file.
+fn write(parsed: &Schedstat, enc: &mut Encoder) {
+    let cpus = &parsed.cpus;
+    family(enc, &RUNNING, cpus, |c| seconds(c.running_ns));
+    family(enc, &WAITING, cpus, |c| seconds(c.waiting_ns));
+    family(enc, &TIMESLICES, cpus, |c| Value::U64(c.timeslices));
 }
 
 fn seconds(ns: u64) -> Value {
@@ -180,17 +172,6 @@ fn family(enc: &mut Encoder, desc: &Desc, cpus: &[SchedCpu], value: impl Fn(&Sch
     for c in cpus {
         let cpu = u64_label(u64::from(c.cpu), &mut b);
         enc.sample(desc, &[("cpu", cpu)], value(c));
-    }
-}
-
-impl Collector for SchedstatCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let parsed = &mut self.parsed;
-        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
-            return Ok(());
-        }
-        self.encode(enc);
-        Ok(())
     }
 }
 

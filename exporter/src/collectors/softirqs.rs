@@ -10,8 +10,9 @@
 //! Per-CPU rates of NET_RX and TIMER are what show a softirq storm pinned to
 //! one CPU (docs/signals.md: SYN flood, RPS), which the totals hide.
 
+use crate::collectors::single_file;
 use crate::collectors::{Parser, Settings, Source, Spec};
-use crate::kernel::error::{CollectError, ParseError, excerpt};
+use crate::kernel::error::{ParseError, excerpt};
 use crate::kernel::parse::{fields, is_blank, lines, parse_cpu_header, parse_fresh, u64_field};
 use crate::kernel::source::SourceFile;
 use crate::scrape::collector::Collector;
@@ -160,43 +161,23 @@ fn parse_row(line: &str, n: usize, out: &mut Softirqs) -> Result<(), ParseError>
     Ok(())
 }
 
-pub struct SoftirqsCollector {
-    file: SourceFile,
-    parsed: Softirqs,
-}
-
 pub fn build(s: &Settings) -> Box<dyn Collector> {
-    Box::new(SoftirqsCollector {
-        file: SourceFile::new(&s.procfs, "softirqs"),
-        parsed: Softirqs::default(),
-    })
+    single_file::boxed(SourceFile::new(&s.procfs, "softirqs"), parse_into, write)
 }
 
-impl SoftirqsCollector {
-    fn encode(&self, enc: &mut Encoder) {
-        let mut b = [0u8; 20];
-        enc.family(&FUNCTIONS);
-        for (row, counts) in self.parsed.rows() {
-            for (&cpu, &c) in self.parsed.cpus.iter().zip(counts) {
-                let cpu = u64_label(u64::from(cpu), &mut b);
-                enc.sample(&FUNCTIONS, &[("cpu", cpu), ("type", row.vector.kind)], c);
-            }
-        }
-        enc.family(&TOTAL);
-        for row in &self.parsed.rows {
-            enc.sample(&TOTAL, &[("vector", row.vector.vector)], row.total);
+/// The families of one read of the file.
+fn write(parsed: &Softirqs, enc: &mut Encoder) {
+    let mut b = [0u8; 20];
+    enc.family(&FUNCTIONS);
+    for (row, counts) in parsed.rows() {
+        for (&cpu, &c) in parsed.cpus.iter().zip(counts) {
+            let cpu = u64_label(u64::from(cpu), &mut b);
+            enc.sample(&FUNCTIONS, &[("cpu", cpu), ("type", row.vector.kind)], c);
         }
     }
-}
-
-impl Collector for SoftirqsCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        let parsed = &mut self.parsed;
-        if self.file.parse_with(|t| parse_into(t, parsed))?.is_none() {
-            return Ok(());
-        }
-        self.encode(enc);
-        Ok(())
+    enc.family(&TOTAL);
+    for row in &parsed.rows {
+        enc.sample(&TOTAL, &[("vector", row.vector.vector)], row.total);
     }
 }
 
