@@ -8,6 +8,9 @@ collectors' `registry!`). Test modules (`#[cfg(test)]` onwards) do not
 count: a test may reach anywhere.
 
     scripts/module_graph.py [exporter/src]
+
+Exits 1 when there is a cycle or a collector imports another: the test
+command runs it, so the layers stay as ARCHITECTURE.md draws them.
 """
 
 import re
@@ -151,6 +154,9 @@ def main():
     print(f"collector-to-collector imports: {len(cross)}")
     for a, b in cross:
         print(f"  {a} -> {b}")
+    if cycles or cross:
+        print("module_graph: a cycle or a collector importing another; move what they share to kernel/")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ step() {
 step "cargo fmt" cargo fmt --all -- --check
 step "dependencies: none unused (cargo-machete), none deprecated" scripts/check_dependencies.sh
 step "references: every file the docs and comments name exists" python3 scripts/check_references.py
+step "layers: no cycle, no collector importing another" python3 scripts/module_graph.py
 step "cargo clippy" cargo clippy --locked --all-targets -q -- -D warnings
 # A test that skips (missing root, BPF, FUSE, promtool, node_exporter)
 # appends a USESCOPE-SKIPPED line here (exporter/tests/common/skip.rs);
