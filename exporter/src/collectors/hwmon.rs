@@ -30,7 +30,9 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use crate::collectors::sysfs::{DeviceError, Families, ignored, io_error, read_raw, settle};
+use crate::collectors::sysfs::{
+    DeviceError, Families, ignored, io_error, read_attribute, read_raw, settle,
+};
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::kernel::error::{CollectError, ParseError};
 use crate::kernel::go_compat::go_parse_float;
@@ -298,8 +300,7 @@ fn collect_sensor_data(dir: &Path, data: &mut Sensors) -> std::io::Result<()> {
 }
 
 fn read_name_file(dir: &Path) -> Option<String> {
-    let raw = std::fs::read(dir.join("name")).ok()?;
-    Some(String::from_utf8_lossy(&raw).into_owned())
+    read_attribute(&dir.join("name")).ok()
 }
 
 /// node_exporter's `hwmonName`: the device, else the `name` file, else
