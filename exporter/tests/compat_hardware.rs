@@ -106,6 +106,17 @@ fn disk_udev_info_matches_node_exporter() {
             .any(|k| k.starts_with("node_disk_ata_write_cache{"))
     );
     assert_eq!(differences(&pair, |_| true), BTreeSet::new());
+    // device-include: only what it matches, the default exclude aside.
+    let mut args = args;
+    args.push("--collector.diskstats.device-include=^(sda|vda)$".to_string());
+    let pair = both(&ne, &args);
+    let n = samples(&pair.node_exporter);
+    assert!(n.keys().any(|k| k.contains("device=\"sda\"")));
+    assert!(
+        !n.keys().any(|k| k.contains("dm-1")),
+        "node_exporter kept dm-1"
+    );
+    assert_eq!(differences(&pair, |_| true), BTreeSet::new());
 }
 
 fn textfile_args(dir: &str) -> Vec<String> {

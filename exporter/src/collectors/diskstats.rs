@@ -12,7 +12,10 @@
 //! saturation).
 //!
 //! Devices matching `--collector.diskstats.device-exclude` (partitions,
-//! loop and ram devices by default) are skipped. The decision is made once
+//! loop and ram devices by default) are skipped; with
+//! `--collector.diskstats.device-include`, as in node_exporter, only the
+//! devices it matches are kept (the default exclude then does not apply,
+//! and an exclude given too is refused at start). The decision is made once
 //! per device name and cached with the device, together with the
 //! `node_disk_info` labels read from sysfs, so neither the regex nor sysfs
 //! is touched on the scrape path for known devices.
@@ -33,18 +36,28 @@ use crate::scrape::exposition::{Desc, Encoder, Value, u64_label};
 pub const DEFAULT_DEVICE_EXCLUDE: &str = "^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\\d+n\\d+p)\\d+$";
 
 pub const DEVICE_EXCLUDE: &str = "collector.diskstats.device-exclude";
+pub const DEVICE_INCLUDE: &str = "collector.diskstats.device-include";
 
 pub const SPEC: Spec = Spec {
     name: "diskstats",
     default_enabled: true,
     help: "Disk I/O statistics from /proc/diskstats",
-    flags: &[Flag {
-        name: DEVICE_EXCLUDE,
-        help: "Regexp of diskstats devices to exclude",
-        default: Some(DEFAULT_DEVICE_EXCLUDE),
-        kind: FlagKind::Regex,
-        conflicts_with: None,
-    }],
+    flags: &[
+        Flag {
+            name: DEVICE_EXCLUDE,
+            help: "Regexp of diskstats devices to exclude",
+            default: Some(DEFAULT_DEVICE_EXCLUDE),
+            kind: FlagKind::Regex,
+            conflicts_with: None,
+        },
+        Flag {
+            name: DEVICE_INCLUDE,
+            help: "Regexp of diskstats devices to include (mutually exclusive to device-exclude).",
+            default: None,
+            kind: FlagKind::Regex,
+            conflicts_with: Some(DEVICE_EXCLUDE),
+        },
+    ],
     build,
     sources: &[
         Source::proc("diskstats", "diskstats"),
@@ -479,6 +492,8 @@ pub struct DiskStatsCollector {
     udev: Option<PathBuf>,
     /// `--collector.diskstats.device-exclude`; `None` excludes nothing.
     exclude: Option<Regex>,
+    /// `--collector.diskstats.device-include`: when set, it alone decides.
+    include: Option<Regex>,
     devices: Vec<Device>,
     by_name: HashMap<String, usize>,
     scrape: u64,
@@ -493,6 +508,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
         sysfs: s.sysfs.clone(),
         udev: s.udev.as_ref().filter(|d| d.is_dir()).cloned(),
         exclude: s.regex(DEVICE_EXCLUDE).cloned(),
+        include: s.regex(DEVICE_INCLUDE).cloned(),
         devices: Vec::new(),
         by_name: HashMap::new(),
         scrape: 0,
@@ -504,6 +520,7 @@ pub fn build(s: &Settings) -> Box<dyn Collector> {
 /// The state `fill` updates, borrowed apart from the source file.
 struct Tracker<'c> {
     exclude: Option<&'c Regex>,
+    include: Option<&'c Regex>,
     sysfs: &'c Path,
     udev: Option<&'c Path>,
     devices: &'c mut Vec<Device>,
@@ -522,7 +539,10 @@ impl Tracker<'_> {
                     name: disk.name.to_string(),
                     major: disk.major,
                     minor: disk.minor,
-                    excluded: self.exclude.is_some_and(|re| re.is_match(disk.name)),
+                    excluded: match self.include {
+                        Some(re) => !re.is_match(disk.name),
+                        None => self.exclude.is_some_and(|re| re.is_match(disk.name)),
+                    },
                     info: Info::default(),
                     seen: 0,
                 });
@@ -683,6 +703,7 @@ impl Collector for DiskStatsCollector {
             self.scrape += 1;
             let mut tracker = Tracker {
                 exclude: self.exclude.as_ref(),
+                include: self.include.as_ref(),
                 sysfs: &self.sysfs,
                 udev: self.udev.as_deref(),
                 devices: &mut self.devices,
@@ -978,6 +999,7 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
             sysfs: sys.path().to_path_buf(),
             udev: None,
             exclude: Some(Regex::new(DEFAULT_DEVICE_EXCLUDE).unwrap()),
+            include: None,
             devices: Vec::new(),
             by_name: HashMap::new(),
             scrape: 0,
@@ -1023,6 +1045,25 @@ node_disk_flush_requests_time_seconds_total{device=\"vda\"} 0.044
         let out = render(build(&s).as_mut()).unwrap();
         assert!(out.contains("device=\"loop0\""));
         assert!(out.contains("device=\"vda\""));
+        // An include keeps only what it matches, whatever the exclude
+        // (the command line refuses both given; the default stays set).
+        s.set(
+            DEVICE_EXCLUDE,
+            Some(FlagValue::Regex(
+                Regex::new(DEFAULT_DEVICE_EXCLUDE).unwrap(),
+            )),
+        );
+        s.set(
+            DEVICE_INCLUDE,
+            Some(FlagValue::Regex(Regex::new("^(vda|loop0)$").unwrap())),
+        );
+        let out = render(build(&s).as_mut()).unwrap();
+        assert!(
+            out.contains("device=\"loop0\""),
+            "included though the default excludes it"
+        );
+        assert!(out.contains("device=\"vda\""));
+        assert!(!out.contains("device=\"zram0\""));
     }
 
     #[test]
