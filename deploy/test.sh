@@ -5,7 +5,10 @@
 #   DaemonSet and on docker-compose.yml, and that the checker rejects a
 #   privileged, over-capable, writable variant of each;
 # - the Kubernetes manifests with kubernetes-validate (PyPI; it ships the
-#   Kubernetes JSON schemas), strict mode.
+#   Kubernetes JSON schemas), strict mode;
+# - the DaemonSet's arguments on the built binary (the /host paths as this
+#   host's, a loopback port): it must start and serve one scrape, so a
+#   mistyped flag or regex cannot ship.
 # The ServiceMonitor is a Prometheus Operator CRD whose schema
 # kubernetes-validate does not ship: it is only parsed, not schema-checked.
 set -euo pipefail
@@ -66,5 +69,31 @@ for target in "daemonset $tmp/daemonset.yaml 3" "compose $tmp/docker-compose.yml
     echo "FAIL security.py found $rejected of the $3 broken rules in $2"; failed=$((failed + 1))
   fi
 done
+# The DaemonSet's usescope arguments, run for real on this host.
+mapfile -t ds_args < <(python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open("deploy/kubernetes/daemonset.yaml")) if d]
+c = [c for d in docs if d.get("kind") == "DaemonSet" for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "usescope"][0]
+for a in c["args"]:
+    a = a.replace("/host/proc", "/proc").replace("/host/sys", "/sys").replace("/host/root", "/")
+    print("--web.listen-address=127.0.0.1:0" if a.startswith("--web.listen-address") else a)
+')
+"$bin" "${ds_args[@]}" --no-probe.runqlat --no-probe.cachestat --no-probe.drops 2>"$tmp/ds.log" &
+ds_pid=$!
+addr=
+for _ in $(seq 100); do
+  addr=$(grep -o 'usescope listening.*address=[0-9.:]*' "$tmp/ds.log" | sed 's/.*address=//' || true)
+  [ -n "$addr" ] && break
+  kill -0 "$ds_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -n "$addr" ] && curl -sf "http://$addr/metrics" | grep -q '^node_scrape_collector_success{collector="netdev"} 1$'; then
+  echo "ok   the DaemonSet's ${#ds_args[@]} arguments start usescope and it serves a scrape"; passed=$((passed + 1))
+else
+  echo "FAIL the DaemonSet's arguments: $(tail -3 "$tmp/ds.log")"; failed=$((failed + 1))
+fi
+kill "$ds_pid" 2>/dev/null || true
+wait "$ds_pid" 2>/dev/null || true
+
 echo "deploy: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
