@@ -614,6 +614,35 @@ def kernel():
             (f'rate(node_softnet_times_squeezed_total{{{SEL}}}[{RI}])', "cpu {{cpu}} squeezed"),
             (f'rate(node_softnet_dropped_total{{{SEL}}}[{RI}])', "cpu {{cpu}} dropped"))), 8, 8)
 
+    L.row("Processes and TCP (--probe.tasks, --probe.exits, --probe.tcpretrans, --probe.tcpconnect, --collector.tcpsockets)")
+    L.add(timeseries("Process starts and CPU of ended tasks",
+        "exec()s per second, and CPU seconds per second of tasks that have ended (each counted whole when the kernel frees it). Bad: thousands of starts a second, or ended tasks taking a large share of the CPU: short-lived processes top never shows.",
+        "short", targets(
+            (f'instance:usescope_process_execs:rate5m{{{SEL}}}', "execs/s"),
+            (f'instance:usescope_exited_tasks_cpu:rate5m{{{SEL}}}', "CPU s/s of ended tasks"))), 8, 8)
+    L.add(timeseries("Zombies and PIDs",
+        "Zombie processes (the tasks probe, else the processes collector), and tasks against pid_max and threads-max. Bad: zombies growing (a parent not reaping); either ratio near 1 (fork fails with EAGAIN).",
+        "short", targets(
+            (f'instance:zombie_processes:count{{{SEL}}}', "zombies"),
+            (f'instance:usescope_tasks_per_pid_max:ratio{{{SEL}}}', "tasks / pid_max"),
+            (f'instance:usescope_tasks_per_threads_max:ratio{{{SEL}}}', "tasks / threads-max"))), 8, 8)
+    L.add(timeseries("TCP retransmissions by kind",
+        "Retransmitted segments per second by kind (timeout, fast, tail loss probe, SYN...), and all retransmissions per segment sent. Bad: timeouts, or a ratio above a few percent.",
+        "short", targets(
+            (f'sum by (kind) (instance_kind:usescope_tcp_retransmitted_segments:rate5m{{{SEL}}})', "{{kind}}/s"),
+            (f'instance:node_netstat_Tcp_RetransSegs:ratio_rate5m{{{SEL}}}', "retransmitted / sent"))), 8, 8)
+    L.add(timeseries("SYN queues and ephemeral ports",
+        "The fullest listener's SYN queue against its backlog, SYN cookies sent per second, and the most ports toward one destination against ip_local_port_range. Bad: a SYN queue at 1 (a SYN flood or a slow accept), ports near 1 (the next connect fails with EADDRNOTAVAIL).",
+        "short", targets(
+            (f'usescope_tcp_syn_queue_fullest_ratio{{{SEL}}}', "fullest SYN queue"),
+            (f'instance:node_netstat_TcpExt_SyncookiesSent:rate5m{{{SEL}}}', "SYN cookies/s"),
+            (f'instance:usescope_tcp_ephemeral_ports_used:ratio{{{SEL}}}', "ephemeral ports used"))), 8, 8)
+    L.add(timeseries("Connects refused a local port, delayed ACKs",
+        "connect() calls that found no free local port (EADDRNOTAVAIL) in 5 minutes, and delayed ACKs per segment received. Bad: any failed connect; delayed ACKs on a large share of segments (Nagle on the peer holding its next segment for this ACK: 40 ms stalls).",
+        "short", targets(
+            (f'instance:usescope_tcp_connect_no_local_port:increase5m{{{SEL}}}', "connects without a port"),
+            (f'instance:node_netstat_TcpExt_DelayedACKs:ratio_rate5m{{{SEL}}}', "delayed ACKs / segment"))), 8, 8)
+
     L.row("Conntrack")
     L.add(timeseries("Conntrack entries vs limit",
         "Tracked flows against nf_conntrack_max. Bad: entries approaching the limit (new flows are dropped at the limit). Empty without the nf_conntrack module.",
