@@ -2,27 +2,34 @@
 """Real incidents on this kernel, paged through real Prometheus and
 Alertmanager running the shipped rules scaled by scaling.FACTOR (root).
 
-Six phases, each running the incidents that do not disturb one another
-in parallel (about 8 minutes in all):
+Nine phases, each running the incidents that do not disturb one another
+in parallel:
   1. conntrack full and conntrack at 60% (two namespaces, one global
      nf_conntrack_max), listen overflow (a third namespace), UDP to a closed
      port, memory pressure in a cgroup, a CPU quota and an OOM kill in
-     cgroups (each beside a quiet cgroup), the disk at 50% (quiet), and the
-     filesystem full of files and data (which runs on into later phases);
-  2. iowait with a saturated loop device, and an nft drop rule;
+     cgroups (each beside a quiet cgroup), the disk at 50% (quiet), the
+     filesystem full of files and data, and zombies (both run on into later
+     phases), drop_caches;
+  2. iowait with a saturated loop device, an nft drop rule, and on CPU 0
+     the start and switch storms' quiet neighbour;
   3. the TCP incidents of net_incidents.py: retransmissions, ephemeral
      ports, delayed ACKs, each beside its quiet neighbour;
   4. the SYN flood and its quiet neighbour;
   5. NET_RX softirq on one CPU (its sender needs the other);
-  6. CPU at 70% (quiet), then CPU saturation (after it, load5 would stay
-     high for minutes).
-The packet-heavy TCP phases keep away from the iowait cases, which need
-CPU 1 idle to book iowait.
-CPU saturation runs alone: busy loops would hide iowait (a CPU accrues
-iowait only while idle) and slow every other incident.
+  6. CPU at 70% (quiet);
+  7. CPU saturation (after it, load5 would stay high for minutes), beside
+     the short-lived and swap quiet neighbours;
+  8. the process storm (forks, execs, CPU of ended tasks) and swap
+     thrashing (process_incidents.py);
+  9. the context-switch storm.
+The packet-heavy TCP phases and the storms keep away from the iowait cases,
+which need CPU 1 idle to book iowait.
+CPU saturation runs without them: busy loops would hide iowait (a CPU
+accrues iowait only while idle) and slow every other incident.
 
 Usage: run.py [--only NAME ...] [--without-rule ALERT ...] [--json FILE]
-  --only          run only these incidents (names as in phases())
+  --only          run only these incidents (names as in phases() and
+                  process_incidents.phases())
   --without-rule  remove that alert's rules from the scaled copy: its
                   incident must then fail (how each test is shown to fail)
   --json          write the measured rows (docs/time-to-page.md's numbers)
@@ -43,6 +50,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import incidents as i  # noqa: E402
 import net_incidents as n  # noqa: E402
+import process_incidents as pi  # noqa: E402
 import resources as r  # noqa: E402
 import stack as s  # noqa: E402
 from stack import h  # noqa: E402
@@ -55,6 +63,12 @@ HISTORY_S = 10
 HOST_USESCOPE_ARGS = [r"--collector.diskstats.device-exclude=^(z?ram|fd)\d+$", "--collector.cgroup"]
 # The TCP probes count every namespace (net_incidents.py).
 HOST_USESCOPE_ARGS += ["--probe.tcpretrans", "--probe.tcpconnect"]
+# Zombies and execs, and the CPU of ended tasks (process_incidents.py): off
+# by default for their cost per process (docs/probes.md).
+HOST_USESCOPE_ARGS += ["--probe.tasks", "--probe.exits"]
+# Incidents that run on into the phases after their own: they load
+# nothing the later phases measure.
+LONG_RUNNING = {"filesystem_full", "zombies"}
 # Per run, so that two runs on one machine do not collide.
 NETNS = {key: f"usescope-{key}-{os.getpid()}" for key in ("ct_full", "ct_quiet", "listen", "nft")}
 
@@ -62,6 +76,7 @@ NETNS = {key: f"usescope-{key}-{os.getpid()}" for key in ("ct_full", "ct_quiet",
 def phases(st, report, ns):
     """Incident name -> callable, grouped by phase."""
     net = n.phases(st, report, ns)
+    proc = pi.phases(st, report)
     return [
         {
             "conntrack_full": lambda: i.conntrack_full(st, report, NETNS["ct_full"], ns["ct_full"]),
@@ -73,10 +88,12 @@ def phases(st, report, ns):
             "filesystem_full": lambda: i.filesystem_full(st, report),
             "cgroup_cpu_quota": lambda: i.cgroup_cpu_quota(st, report),
             "cgroup_oom": lambda: i.cgroup_oom(st, report),
+            **proc["phase1"],
         },
         {
             "iowait_saturated": lambda: i.iowait_saturated(st, report),
             "nft_drop": lambda: i.nft_drop(st, report, NETNS["nft"]),
+            **proc["beside_iowait_saturated"],
         },
         # The TCP incidents load both CPUs with packets (a 12 600/s SYN
         # flood, a lossy stream): beside the iowait cases they took CPU 1,
@@ -86,9 +103,14 @@ def phases(st, report, ns):
         # NET_RX on one CPU needs the other for its sender, and would hide
         # iowait and disturb the CPU cases: a phase of its own.
         net[2],
-        {
-            "cpu": lambda: (i.cpu_quiet(st, report), i.cpu_saturated(st, report)),
-        },
+        {"cpu_quiet": lambda: i.cpu_quiet(st, report)},
+        # Beside CPU saturation, whose long-lived busy loops are the
+        # short-lived alert's quiet neighbour, and swap's (no CPU).
+        {"cpu_saturated": lambda: i.cpu_saturated(st, report), **proc["beside_cpu_saturated"]},
+        # Forks, execs and exited CPU use both CPUs; swap thrashing (disk,
+        # not CPU) beside them.
+        proc["storms"],
+        proc["switches"],
     ]
 
 
@@ -143,7 +165,7 @@ def main():
         running = []
         for phase in phases(st, report, ns):
             chosen = {k: v for k, v in phase.items() if not args.only or k in args.only}
-            long_running = {k: v for k, v in chosen.items() if k == "filesystem_full"}
+            long_running = {k: v for k, v in chosen.items() if k in LONG_RUNNING}
             threads = run_phase({k: v for k, v in chosen.items() if k not in long_running}, report)
             running += run_phase(long_running, report)
             for t in threads:
@@ -155,7 +177,8 @@ def main():
     if args.json:
         Path(args.json).write_text(json.dumps(report.rows, indent=1))
     elapsed = time.monotonic() - started
-    # The NET_RX phase (about 60 s) and the two TCP phases run alone.
+    # The NET_RX phase (about 60 s), the two TCP phases and the two storm
+    # phases run alone; 665 s in a whole run with every incident paging.
     report.check(f"the incident suite took {elapsed:.0f}s (budget 720 s)", elapsed <= 720)
     failed = len(report.failures)
     for what in report.failures:
