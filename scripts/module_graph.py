@@ -3,8 +3,9 @@
 
 Prints the graph's floors (layers of the condensed graph, bottom first),
 its cycles (strongly connected components of more than one module), and
-the imports from one collector to another (modules registered in the
-collectors' `registry!`). Test modules (`#[cfg(test)]` onwards) do not
+the imports from one plugin to another: a module under collectors/ or
+probes/ reaching into a registered collector or probe (the `registry!`
+lists) other than its own. Test modules (`#[cfg(test)]` onwards) do not
 count: a test may reach anywhere.
 
     scripts/module_graph.py [exporter/src]
@@ -82,8 +83,12 @@ def main():
             if target != mod and target in mods and not mod.startswith(target + "::"):
                 graph[mod].add(target)
 
-    registry = re.search(r"registry!\s*\{([^}]*)\}", production_text(mods["collectors"])).group(1)
-    collectors = {f"collectors::{n.strip()}" for n in registry.split(",") if n.strip()}
+    def registered(layer):
+        registry = re.search(r"registry!\s*\{([^}]*)\}", production_text(mods[layer])).group(1)
+        return {f"{layer}::{n.strip()}" for n in registry.split(",") if n.strip()}
+
+    # The plugins: every registered collector and probe.
+    collectors = registered("collectors") | registered("probes")
 
     def owner(m):  # collectors::cgroup::read belongs to collectors::cgroup
         for c in collectors:
@@ -91,9 +96,12 @@ def main():
                 return c
         return None
 
+    # A module of the plugin layers (but the registries) that reaches into
+    # a plugin other than its own: a collector or probe building on another.
+    in_plugin_layer = lambda m: m.startswith(("collectors::", "probes::"))
     cross = sorted(
         (a, b) for a, outs in graph.items() for b in outs
-        if owner(a) and owner(b) and owner(a) != owner(b)
+        if in_plugin_layer(a) and owner(b) and owner(a) != owner(b)
     )
 
     # Tarjan's strongly connected components.
@@ -147,15 +155,15 @@ def main():
     collector_floors = max(chain(c) for c in collectors)
 
     print(f"modules: {len(mods)}, edges: {sum(map(len, graph.values()))}")
-    print(f"floors: {floors} (among collectors: {collector_floors})")
+    print(f"floors: {floors} (among plugins: {collector_floors})")
     print(f"cycles: {len(cycles)}")
     for c in cycles:
         print("  " + " <-> ".join(c))
-    print(f"collector-to-collector imports: {len(cross)}")
+    print(f"plugin-to-plugin imports (collectors, probes): {len(cross)}")
     for a, b in cross:
         print(f"  {a} -> {b}")
     if cycles or cross:
-        print("module_graph: a cycle or a collector importing another; move what they share to kernel/")
+        print("module_graph: a cycle, or a plugin importing another; move what they share to kernel/")
         sys.exit(1)
 
 

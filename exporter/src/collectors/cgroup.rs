@@ -30,7 +30,6 @@
 
 mod fold;
 mod hierarchy;
-pub(crate) mod labels;
 pub mod parse;
 mod read;
 mod walk;
@@ -44,6 +43,7 @@ use regex::Regex;
 
 use crate::collectors::{Flag, FlagKind, Parser, Settings, Source, Spec};
 use crate::kernel::absence::{Epoch, Stamp};
+use crate::kernel::cgroup_path;
 use crate::kernel::error::{CollectError, ParseError};
 use crate::kernel::parse::parse_fresh;
 use crate::kernel::psi::{self, Psi};
@@ -61,13 +61,7 @@ const MAX: &str = "collector.cgroup.max";
 const MAX_WALK: &str = "collector.cgroup.max-walk";
 const MAX_DEPTH: &str = "collector.cgroup.max-depth";
 
-/// systemd services and scopes (`init.scope`, `session-3.scope`, and the
-/// scopes of Docker, containerd, CRI-O and Podman under the systemd
-/// driver); a container named by its id alone (Docker's and containerd's
-/// cgroupfs drivers: `/docker/ID`, `/kubepods/burstable/podUID/ID`) or
-/// with its runtime's prefix (CRI-O's cgroupfs driver: `crio-ID`).
-pub const DEFAULT_SELECT: &str =
-    r"\.(service|scope)$|/[0-9a-f]{64}$|/(docker|crio|cri-containerd|libpod|nerdctl)-[0-9a-f]{64}$";
+pub use crate::kernel::cgroup_path::DEFAULT_SELECT;
 
 /// The fixture cgroup, captured on a v1 host (hybrid: PSI from `unified`).
 macro_rules! fixture {
@@ -669,14 +663,14 @@ impl CgroupCollector {
             hier.fd.as_fd(),
             limits,
             |f| {
-                labels::escape_into(f.path, label);
+                cgroup_path::escape_into(f.path, label);
                 if !select.is_match(label) {
                     return Ok(false);
                 }
                 let i = match index.get(f.path) {
                     Some(&i) => i,
                     None => {
-                        let (container_id, pod_uid) = labels::workload_ids(label);
+                        let (container_id, pod_uid) = cgroup_path::workload_ids(label);
                         records.push(Record {
                             key: f.path.into(),
                             label: label.as_str().into(),
@@ -826,7 +820,7 @@ impl CgroupCollector {
         eligible.clear();
         for &i in &self.order {
             let r = &self.records[i];
-            let ok = r.label.len() <= labels::MAX_LABEL_BYTES && previous != Some(&*r.label);
+            let ok = r.label.len() <= cgroup_path::MAX_LABEL_BYTES && previous != Some(&*r.label);
             previous = Some(&r.label);
             if ok {
                 eligible.push(i);
@@ -1209,7 +1203,7 @@ fn file_path(hier: &Hierarchy, path: &[u8], file: File) -> PathBuf {
 
 fn dir_path(hier: &Hierarchy, path: &[u8]) -> PathBuf {
     let mut label = String::new();
-    labels::escape_into(path, &mut label);
+    cgroup_path::escape_into(path, &mut label);
     hier.dir.join(label.trim_start_matches('/'))
 }
 

@@ -4,6 +4,7 @@
 
 pub mod absence;
 pub mod btrfs_ioctl;
+pub mod cgroup_path;
 pub mod dirents;
 pub mod error;
 pub mod fd_budget;

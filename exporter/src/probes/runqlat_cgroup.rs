@@ -34,9 +34,9 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-use crate::collectors::cgroup::DEFAULT_SELECT;
-use crate::collectors::cgroup::labels::{MAX_LABEL_BYTES, escape_into, workload_ids};
+use crate::kernel::cgroup_path::{DEFAULT_SELECT, MAX_LABEL_BYTES, escape_into, workload_ids};
 use crate::kernel::error::CollectError;
+use crate::kernel::mountinfo;
 use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
 use crate::probes::log2_hist::{self, Buckets, Slots};
 use crate::probes::percpu::PerCpuStruct;
@@ -90,33 +90,27 @@ impl Hierarchy {
     }
 
     fn from_mountinfo(text: &str) -> Option<Hierarchy> {
-        let mut v2 = None;
-        for line in text.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let Some(mount_point) = left.split(' ').nth(4) else {
-                continue;
-            };
-            let mut r = right.split(' ');
-            let (fstype, _source, options) = (r.next(), r.next(), r.next().unwrap_or(""));
-            match fstype {
-                Some("cgroup") if options.split(',').any(|o| o == "cpu") => {
-                    return Some(Hierarchy {
-                        by: BY_V1_CPU,
-                        root: PathBuf::from(unescape(mount_point)),
-                    });
-                }
-                Some("cgroup2") if v2.is_none() => {
-                    v2 = Some(Hierarchy {
-                        by: BY_V2,
-                        root: PathBuf::from(unescape(mount_point)),
-                    });
-                }
-                _ => {}
-            }
+        let mut mounts = Vec::new();
+        mountinfo::parse_into(text, &mut mounts).ok()?;
+        let root = |m: &mountinfo::Mount| {
+            PathBuf::from(String::from_utf8_lossy(&mountinfo::unescape(m.mount_point)).into_owned())
+        };
+        let cpu_v1 = mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == "cpu"));
+        if let Some(m) = cpu_v1 {
+            return Some(Hierarchy {
+                by: BY_V1_CPU,
+                root: root(m),
+            });
         }
-        v2
+        mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup2")
+            .map(|m| Hierarchy {
+                by: BY_V2,
+                root: root(m),
+            })
     }
 
     /// What travels to the daemon in `Loaded::names` (after the map ids).
@@ -135,26 +129,6 @@ impl Hierarchy {
             )),
         }
     }
-}
-
-/// mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Cgroup id (directory inode) → path below the root, from bounded walks.
@@ -538,7 +512,8 @@ mod tests {
             Hierarchy::from_mountinfo("24 1 0:22 / / rw - ext4 /dev/sda rw\n"),
             None
         );
-        assert_eq!(unescape(r"/a\040b"), "/a b");
+        let escaped = Hierarchy::from_mountinfo("30 25 0:26 / /a\\040b rw - cgroup cgroup rw,cpu\n");
+        assert_eq!(escaped.unwrap().root, PathBuf::from("/a b"));
     }
 
     #[test]

@@ -1,5 +1,14 @@
-//! The labels of a cgroup: its path as text, and the container and pod it
-//! belongs to where the path says so.
+//! What a cgroup's path says: its label text, the container and pod it
+//! belongs to, and whether it is a workload (a service, a container) the
+//! cgroup collector and the per-cgroup probes report by default.
+
+/// systemd services and scopes (`init.scope`, `session-3.scope`, and the
+/// scopes of Docker, containerd, CRI-O and Podman under the systemd
+/// driver); a container named by its id alone (Docker's and containerd's
+/// cgroupfs drivers: `/docker/ID`, `/kubepods/burstable/podUID/ID`) or
+/// with its runtime's prefix (CRI-O's cgroupfs driver: `crio-ID`).
+pub const DEFAULT_SELECT: &str =
+    r"\.(service|scope)$|/[0-9a-f]{64}$|/(docker|crio|cri-containerd|libpod|nerdctl)-[0-9a-f]{64}$";
 
 /// Longest `cgroup` label, in bytes. Real paths are far shorter (a
 /// Kubernetes container under the systemd driver is about 180 bytes); a
