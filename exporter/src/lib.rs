@@ -26,12 +26,6 @@ pub mod probes;
 pub mod scrape;
 pub mod web;
 
-// TRANSITIONAL (removed before this change lands): the old top-level
-// paths, for code written against them while the tree was regrouped.
-pub use kernel::{absence, error, file_watch, link_events, parse, source, statfs_pool};
-pub use scrape::{collector, exposition, self_metrics};
-pub use web::{gzip, http, log_throttle, retained, server, web_config};
-
 /// The tests' one way to skip (exporter/tests/common/skip.rs), shared with
 /// the integration tests so unit tests skip, and fail in CI, the same way.
 #[cfg(test)]

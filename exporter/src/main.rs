@@ -12,10 +12,11 @@ use tracing_subscriber::prelude::*;
 use usescope::cli::{self, Config, LogFormat};
 use usescope::scrape::collector::Scraper;
 use usescope::scrape::self_metrics::SelfMetrics;
+use usescope::web::http;
 use usescope::web::log_throttle::Throttle;
 use usescope::web::server::{self, Limits, WebState};
 use usescope::web::web_config::WebConfig;
-use usescope::{collectors, http, privileges, probes};
+use usescope::{collectors, privileges, probes};
 
 fn main() -> ExitCode {
     let config = match cli::parse(std::env::args_os()) {
