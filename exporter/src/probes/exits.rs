@@ -20,9 +20,8 @@ use std::os::fd::OwnedFd;
 
 use super::layout::{ExitsCounts, word};
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::percpu::PerCpuStruct;
+use super::percpu::{self, PerCpuStruct};
 use super::{Kernel, Loaded, ProbeSettings, ProbeSpec};
-use crate::kernel::error::CollectError;
 use crate::scrape::collector::Collector;
 use crate::scrape::exposition::{Desc, Encoder};
 
@@ -83,26 +82,15 @@ pub fn collector(
     _names: Vec<String>,
     _settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
-    Ok(Box::new(ExitsCollector {
-        counts: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
-    }))
+    percpu::counters_collector(MAP, map, VALUE_SIZE, write)
 }
 
-struct ExitsCollector {
-    counts: PerCpuStruct,
-}
-
-impl Collector for ExitsCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        self.counts
-            .read()
-            .map_err(|e| CollectError::other("bpf map us_exits", e.to_string()))?;
-        enc.family(&CPU);
-        enc.sample(&CPU, &[], self.counts.sum(CPU_NS_WORD) as f64 / 1e9);
-        enc.family(&PROCESSES);
-        enc.sample(&PROCESSES, &[], self.counts.sum(PROCESSES_WORD));
-        enc.family(&TASKS);
-        enc.sample(&TASKS, &[], self.counts.sum(TASKS_WORD));
-        Ok(())
-    }
+/// The families of the counters, summed over CPUs.
+fn write(counts: &PerCpuStruct, enc: &mut Encoder) {
+    enc.family(&CPU);
+    enc.sample(&CPU, &[], counts.sum(CPU_NS_WORD) as f64 / 1e9);
+    enc.family(&PROCESSES);
+    enc.sample(&PROCESSES, &[], counts.sum(PROCESSES_WORD));
+    enc.family(&TASKS);
+    enc.sample(&TASKS, &[], counts.sum(TASKS_WORD));
 }

@@ -16,6 +16,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use aya::maps::{MapData, MapInfo, MapType};
 
 use super::sys;
+use crate::kernel::error::CollectError;
+use crate::scrape::collector::Collector;
+use crate::scrape::exposition::Encoder;
 
 pub struct PerCpuStruct {
     /// Owns the map fd; the map lives as long as this reader.
@@ -291,5 +294,36 @@ impl PerCpuHash {
                 self.values[i * per_key..(i + 1) * per_key].chunks_exact(self.words),
             )
         })
+    }
+}
+/// The collector of a probe whose kernel side keeps one struct of counters
+/// in a per-CPU array (`map_name`): at each scrape the array is read and
+/// `write` writes the families from its sums over CPUs.
+pub fn counters_collector(
+    map_name: &'static str,
+    map: OwnedFd,
+    value_size: usize,
+    write: fn(&PerCpuStruct, &mut Encoder),
+) -> Result<Box<dyn Collector>, String> {
+    Ok(Box::new(Counters {
+        map_name,
+        counts: PerCpuStruct::from_fd(map_name, map, value_size)?,
+        write,
+    }))
+}
+
+struct Counters {
+    map_name: &'static str,
+    counts: PerCpuStruct,
+    write: fn(&PerCpuStruct, &mut Encoder),
+}
+
+impl Collector for Counters {
+    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
+        self.counts.read().map_err(|e| {
+            CollectError::other(format!("bpf map {}", self.map_name), e.to_string())
+        })?;
+        (self.write)(&self.counts, enc);
+        Ok(())
     }
 }

@@ -13,9 +13,8 @@ use std::os::fd::OwnedFd;
 
 use super::layout::{TcpconnectCounts, word};
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::percpu::PerCpuStruct;
+use super::percpu::{self, PerCpuStruct};
 use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
-use crate::kernel::error::CollectError;
 use crate::scrape::collector::Collector;
 use crate::scrape::exposition::{Desc, Encoder};
 
@@ -78,22 +77,11 @@ pub fn collector(
     _names: Vec<String>,
     _settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
-    Ok(Box::new(TcpconnectCollector {
-        counts: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
-    }))
+    percpu::counters_collector(MAP, map, VALUE_SIZE, write)
 }
 
-struct TcpconnectCollector {
-    counts: PerCpuStruct,
-}
-
-impl Collector for TcpconnectCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        self.counts
-            .read()
-            .map_err(|e| CollectError::other("bpf map us_tcpconnect", e.to_string()))?;
-        enc.family(&NO_PORT);
-        enc.sample(&NO_PORT, &[], self.counts.sum(NO_PORT_WORD));
-        Ok(())
-    }
+/// The families of the counters, summed over CPUs.
+fn write(counts: &PerCpuStruct, enc: &mut Encoder) {
+    enc.family(&NO_PORT);
+    enc.sample(&NO_PORT, &[], counts.sum(NO_PORT_WORD));
 }

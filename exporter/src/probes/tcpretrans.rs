@@ -17,9 +17,8 @@ use super::layout::{
     TCPRETRANS_TIMEOUT, TcpretransCounts, word,
 };
 use super::loader::{self, Kind, Mode, ProbeError};
-use super::percpu::PerCpuStruct;
+use super::percpu::{self, PerCpuStruct};
 use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec};
-use crate::kernel::error::CollectError;
 use crate::scrape::collector::Collector;
 use crate::scrape::exposition::{Desc, Encoder};
 
@@ -99,25 +98,14 @@ pub fn collector(
     _names: Vec<String>,
     _settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
-    Ok(Box::new(TcpretransCollector {
-        counts: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
-    }))
+    percpu::counters_collector(MAP, map, VALUE_SIZE, write)
 }
 
-struct TcpretransCollector {
-    counts: PerCpuStruct,
-}
-
-impl Collector for TcpretransCollector {
-    fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        self.counts
-            .read()
-            .map_err(|e| CollectError::other("bpf map us_tcpretrans", e.to_string()))?;
-        enc.family(&SEGMENTS);
-        for (i, kind) in KIND_NAMES.iter().enumerate() {
-            enc.sample(&SEGMENTS, &[("kind", kind)], self.counts.sum(SEGS_WORD + i));
-        }
-        Ok(())
+/// The families of the counters, summed over CPUs.
+fn write(counts: &PerCpuStruct, enc: &mut Encoder) {
+    enc.family(&SEGMENTS);
+    for (i, kind) in KIND_NAMES.iter().enumerate() {
+        enc.sample(&SEGMENTS, &[("kind", kind)], counts.sum(SEGS_WORD + i));
     }
 }
 
