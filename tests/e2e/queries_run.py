@@ -85,7 +85,11 @@ ALLOWED_EMPTY = [
 E2E_CGROUP = "usescope-e2e-queries.service"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 E2E_CGROUP_SETTINGS = {
-    "cpu": {"cpu.cfs_quota_us": 20000},
+    # 20% of a CPU in 10 ms periods: a throttled wait every period, so that
+    # even a warm-up much shorter than a rule's 5-minute window (rate()
+    # divides by the whole window) gives the per-cgroup run-queue rule its
+    # one wait a second.
+    "cpu": {"cpu.cfs_period_us": 10000, "cpu.cfs_quota_us": 2000},
     "cpuacct": {},
     "memory": {"memory.limit_in_bytes": 256 << 20},
     "pids": {"pids.max": 64},
