@@ -84,8 +84,10 @@ def main():
                 graph[mod].add(target)
 
     def registered(layer):
-        registry = re.search(r"registry!\s*\{([^}]*)\}", production_text(mods[layer])).group(1)
-        return {f"{layer}::{n.strip()}" for n in registry.split(",") if n.strip()}
+        # Older trees had no probe registry: no plugins there.
+        registry = re.search(r"registry!\s*\{([^}]*)\}", production_text(mods[layer]))
+        names = registry.group(1).split(",") if registry else []
+        return {f"{layer}::{n.strip()}" for n in names if n.strip()}
 
     # The plugins: every registered collector and probe.
     collectors = registered("collectors") | registered("probes")
