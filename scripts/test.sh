@@ -15,17 +15,22 @@ scripts/setup.sh || exit 1
 passed=0
 failed=0
 failures=()
+# Each step's output is kept, so that the summary at the end can repeat
+# the lines that say what failed: a CI log is often shown only in part.
+step_logs=$(mktemp -d)
+trap 'rm -rf "$step_logs"' EXIT
 step() {
   local name=$1
   shift
   echo "==> $name"
-  local start=$SECONDS
-  if "$@"; then
+  local start=$SECONDS log="$step_logs/$((passed + failed)).log"
+  "$@" 2>&1 | tee "$log"
+  if [ "${PIPESTATUS[0]}" -eq 0 ]; then
     passed=$((passed + 1))
     echo "<== $name: ok ($((SECONDS - start)) s)"
   else
     failed=$((failed + 1))
-    failures+=("$name")
+    failures+=("$name"$'\n'"$(grep -E -m 40 -- '^FAIL|--- FAILED|panicked at|^not ok|^failed:|^error' "$log")")
     echo "<== $name: FAILED ($((SECONDS - start)) s)"
   fi
 }
@@ -69,8 +74,8 @@ step "containers on a real engine (own dockerd: image, capabilities, compose sta
   env USESCOPE_BIN=target/release/usescope tests/container/run.sh
 
 echo
-if [ "$failed" -gt 0 ]; then
-  echo "failed steps: ${failures[*]}"
-fi
+for f in "${failures[@]}"; do
+  echo "FAILED STEP: $f"
+done
 echo "test.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

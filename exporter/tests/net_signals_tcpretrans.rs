@@ -22,8 +22,6 @@
 //! Needs root, BPF, `ip` and `nft`; skips otherwise, and fails under
 //! USESCOPE_REQUIRE_BPF=1 / CI=true.
 
-#[path = "net_signals/bpf.rs"]
-mod bpf;
 mod common;
 #[path = "net_signals/netns.rs"]
 mod netns;
@@ -33,7 +31,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::bpf_objects::probe_up;
-use common::{Daemon, can_run_bpf, sample, skip};
+use common::{Daemon, can_run_bpf, recursion_misses, sample, skip};
 use netns::{Netns, veth};
 
 const KINDS: [&str; 5] = ["timeout", "fast", "loss_probe", "syn", "synack"];
@@ -176,11 +174,11 @@ fn agree_unless(what: &str, probe: u64, kernel: u64, misses: u64, failed: bool) 
 /// One phase: the kernel's and the probe's increments over `work`, and
 /// the runs the kernel skipped.
 fn phase(d: &Daemon, ns: &Netns, name: &str, work: impl FnOnce()) -> (Kernel, [u64; 5], u64) {
-    let misses0 = bpf::recursion_misses(d.child.id());
+    let misses0 = recursion_misses(d);
     let (k0, p0) = settled(d, ns);
     work();
     let (k1, p1) = settled(d, ns);
-    let misses = bpf::recursion_misses(d.child.id()) - misses0;
+    let misses = recursion_misses(d) - misses0;
     let k = k1.minus(k0);
     let p: [u64; 5] = std::array::from_fn(|i| p1[i] - p0[i]);
     eprintln!(
@@ -395,7 +393,7 @@ fn a_namespace_vanishing_mid_stream_costs_nothing() {
     };
     let (sender_d, receiver_d) = (start(a.inode()), start(b.inode()));
     let data: SocketAddr = format!("{ip_b}:5001").parse().unwrap();
-    let misses0 = bpf::recursion_misses(sender_d.child.id());
+    let misses0 = recursion_misses(&sender_d);
     let k0 = Kernel::read(&a);
     let p0 = probe(&sender_d);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -436,7 +434,7 @@ fn a_namespace_vanishing_mid_stream_costs_nothing() {
     receiver.join().unwrap();
     sender.join().unwrap();
     let (k1, p1) = settled(&sender_d, &a);
-    let misses = bpf::recursion_misses(sender_d.child.id()) - misses0;
+    let misses = recursion_misses(&sender_d) - misses0;
     let k = k1.minus(k0);
     let total: u64 = p1.iter().sum::<u64>() - p0.iter().sum::<u64>();
     eprintln!(

@@ -13,13 +13,21 @@
 //! is both tight and reliable. Instead the children run in batches of
 //! BATCH, each in a window of its own:
 //! - over all batches the probe counts at least 98 % of the oracle and at
-//!   least CHILDREN processes (nothing the children burnt is missed);
+//!   least 99 % of CHILDREN processes (nothing the children burnt is
+//!   missed; the kernel frees a few tasks long after their reaping, see
+//!   STRAGGLERS);
 //! - a batch whose window freed no task but the children (the probe's
 //!   tasks rose by exactly BATCH) is exact: its processes rose by BATCH and
 //!   its CPU time equals the oracle's to within TOLERANCE, so a child
-//!   counted twice, or anything counted that is not a child, fails.
-//!   At least CLEAN such batches are needed; a host too busy to give them
+//!   counted twice, or anything counted that is not a child, fails. At
+//!   most SWAPPED windows of BATCH tasks may hold another task in place of
+//!   a child, and at least CLEAN must be exact; a host too busy to give them
 //!   within MAX_BATCHES is a skip outside CI and a failure in CI.
+//!
+//! A run the kernel skips (the program already running on that CPU) is
+//! lost to the probe; the kernel counts it in the program's recursion
+//! misses, which the daemon exports. A batch with a miss is not clean, and
+//! the totals allow one process per miss.
 //!
 //! Needs root and BPF (skips otherwise; fails under USESCOPE_REQUIRE_BPF=1
 //! or CI=true).
@@ -30,7 +38,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::bpf_objects::probe_up;
-use common::{Daemon, can_run_bpf, sample, skip};
+use common::{Daemon, can_run_bpf, sample, skip, sum_of};
 
 const ARGS: &[&str] = &[
     "--collector.disable-defaults",
@@ -134,9 +142,42 @@ fn counter(expo: &str, name: &str) -> f64 {
     sample(expo, name).unwrap_or_else(|| panic!("{name} missing from the scrape:\n{expo}"))
 }
 
-/// A batch's window: (probe's CPU seconds, RUSAGE_CHILDREN's, processes,
-/// tasks) counted from `before` until the children are counted.
-fn batch(d: &Daemon, before: &str, rounds: u64) -> (f64, f64, f64, f64, String) {
+const MISSES: &str = "usescope_bpf_program_recursion_misses_total";
+
+/// The kernel frees a few tasks long after their reaping: of 2,000
+/// children of one parent, after an RCU barrier, 0 to 2 were still not
+/// freed 30 s later (TESTING.md, "The exits probe"). Such a child is counted
+/// late, in some later window.
+/// - A window that looks clean (BATCH tasks, BATCH processes) may hold a
+///   late child of an earlier batch, or another process's exit, in place
+///   of one of its own: its CPU time is then off by a child's. Up to
+///   SWAPPED of them are allowed; a probe that miscounts every batch still
+///   fails, since CLEAN exact windows are needed.
+/// - The totals allow STRAGGLERS of the children not to have been counted.
+const SWAPPED: u32 = 2;
+const STRAGGLERS: f64 = 0.01;
+
+/// Has the kernel run every RCU callback queued so far, so that the
+/// reaped children are freed now rather than at the end of a lazy batch
+/// (up to 10 s later). Best effort: kernels before 6.7 lack the knob, and
+/// the waits below still hold.
+fn rcu_barrier() {
+    let _ = std::fs::write("/sys/module/rcutree/parameters/do_rcu_barrier", "1");
+}
+
+/// What a window counted: the rises of the probe's counters and the
+/// oracle's CPU time.
+struct Window {
+    probe: f64,
+    oracle: f64,
+    processes: f64,
+    tasks: f64,
+    misses: f64,
+}
+
+/// A batch's window, counted from `before` until the children are
+/// counted; with the scrape that ends it.
+fn batch(d: &Daemon, before: &str, rounds: u64) -> (Window, String) {
     let oracle0 = children_cpu();
     for _ in 0..BATCH / AT_ONCE {
         let pids: Vec<libc::pid_t> = (0..AT_ONCE).map(|_| spawn_burner(rounds)).collect();
@@ -146,20 +187,26 @@ fn batch(d: &Daemon, before: &str, rounds: u64) -> (f64, f64, f64, f64, String) 
     // The probe counts a task when it is freed, an RCU grace period after
     // its reaping: wait until the children can have been counted, then a
     // little longer, so that no child is still to come.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    rcu_barrier();
+    let deadline = Instant::now() + Duration::from_secs(5);
     let mut settled = false;
     loop {
         let after = d.scrape();
         let rise = |name: &str| counter(&after, name) - counter(before, name);
         let processes = rise("usescope_exited_processes_total");
-        if settled || Instant::now() > deadline {
-            return (
-                rise("usescope_exited_tasks_cpu_seconds_total"),
+        let late = Instant::now() > deadline;
+        if late {
+            eprintln!("exits: {processes} processes counted 5 s after the batch was reaped");
+        }
+        if settled || late {
+            let window = Window {
+                probe: rise("usescope_exited_tasks_cpu_seconds_total"),
                 oracle,
                 processes,
-                rise("usescope_exited_tasks_total"),
-                after,
-            );
+                tasks: rise("usescope_exited_tasks_total"),
+                misses: sum_of(&after, MISSES) - sum_of(before, MISSES),
+            };
+            return (window, after);
         }
         if processes >= f64::from(BATCH) {
             settled = true;
@@ -182,36 +229,54 @@ fn exited_cpu_time_matches_rusage_children() {
         return;
     }
     let rounds = rounds_for(BURN);
-    let (mut probe, mut oracle, mut processes) = (0.0, 0.0, 0.0);
-    let (mut clean, mut batches) = (0, 0);
+    let (mut probe, mut oracle, mut processes, mut misses) = (0.0, 0.0, 0.0, 0.0);
+    let (mut clean, mut swapped, mut batches) = (0, 0, 0);
     let t = Instant::now();
     while batches < MAX_BATCHES && (batches * BATCH < CHILDREN || clean < CLEAN) {
-        let (p, o, procs, tasks, after) = batch(&d, &before, rounds);
+        let (w, after) = batch(&d, &before, rounds);
         before = after;
         batches += 1;
-        probe += p;
-        oracle += o;
-        processes += procs;
+        probe += w.probe;
+        oracle += w.oracle;
+        processes += w.processes;
+        misses += w.misses;
+        let (p, o, procs, tasks) = (w.probe, w.oracle, w.processes, w.tasks);
         assert!(tasks >= procs, "tasks +{tasks}, processes +{procs}");
-        if tasks == f64::from(BATCH) {
-            clean += 1;
+        if w.misses > 0.0 {
             eprintln!(
-                "exits: clean batch {batches}: probe {p:.6} s, RUSAGE_CHILDREN {o:.6} s ({:+.1} us)",
-                (p - o) * 1e6
+                "exits: batch {batches}: the kernel skipped the program {} times",
+                w.misses
             );
-            assert_eq!(procs, f64::from(BATCH), "processes in a clean batch");
-            assert!(
-                (p - o).abs() <= TOLERANCE,
-                "a batch without other exits: the probe counted {p} s, the children burnt {o} s"
+        } else if tasks == f64::from(BATCH) {
+            let exact = procs == f64::from(BATCH) && (p - o).abs() <= TOLERANCE;
+            eprintln!(
+                "exits: batch {batches} of {tasks} tasks, {procs} processes: probe {p:.6} s, \
+                 RUSAGE_CHILDREN {o:.6} s ({:+.1} us){}",
+                (p - o) * 1e6,
+                if exact {
+                    ""
+                } else {
+                    ": another task stood in for a child"
+                }
             );
+            if exact {
+                clean += 1;
+            } else {
+                swapped += 1;
+            }
         }
     }
+    assert!(
+        swapped <= SWAPPED,
+        "{swapped} windows of {BATCH} tasks did not match their children (at most {SWAPPED} may)"
+    );
     // A batch ends once as many processes were freed as it made, but other
     // sessions' exits count too: on a busy host some of the last batch's
     // children may still be waiting for their RCU grace period. They are
     // added as they are freed (at most 5 s); the bounds below stay.
     let children = f64::from(batches * BATCH);
     let deadline = Instant::now() + Duration::from_secs(5);
+    rcu_barrier();
     loop {
         let after = d.scrape();
         let rise = |name: &str| counter(&after, name) - counter(&before, name);
@@ -219,10 +284,13 @@ fn exited_cpu_time_matches_rusage_children() {
             rise("usescope_exited_tasks_cpu_seconds_total"),
             rise("usescope_exited_processes_total"),
         );
-        let done = probe + late >= oracle * 0.98 && processes + late_processes >= children;
+        let late_misses = sum_of(&after, MISSES) - sum_of(&before, MISSES);
+        let done = probe + late >= oracle * 0.98
+            && processes + late_processes + misses + late_misses >= children;
         if done || Instant::now() > deadline {
             probe += late;
             processes += late_processes;
+            misses += late_misses;
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -230,7 +298,7 @@ fn exited_cpu_time_matches_rusage_children() {
     eprintln!(
         "exits: {batches} batches of {BATCH} in {:?}: probe {probe:.4} s, RUSAGE_CHILDREN \
          {oracle:.4} s (probe/oracle {:.4}), processes +{processes} for {children} children; \
-         {clean} batches without other exits",
+         {clean} batches without other exits; {misses} runs skipped by the kernel",
         t.elapsed(),
         probe / oracle
     );
@@ -243,8 +311,8 @@ fn exited_cpu_time_matches_rusage_children() {
         "the probe counted {probe} s of the children's {oracle} s"
     );
     assert!(
-        processes >= children,
-        "processes rose by {processes} for {children} children"
+        processes + misses >= children * (1.0 - STRAGGLERS),
+        "processes rose by {processes} for {children} children ({misses} runs skipped)"
     );
     let enough = skip::unless_met(
         clean >= CLEAN,
@@ -296,15 +364,19 @@ fn the_raw_tp_fallback_counts_too() {
     let before = scrape();
     let oracle0 = children_cpu();
     let rounds = rounds_for(BURN);
-    let pids: Vec<libc::pid_t> = (0..BATCH).map(|_| spawn_burner(rounds)).collect();
+    // Enough children that one freed late (STRAGGLERS) costs 2 % of the
+    // oracle, within the allowance below.
+    const RAW_CHILDREN: u32 = 50;
+    let pids: Vec<libc::pid_t> = (0..RAW_CHILDREN).map(|_| spawn_burner(rounds)).collect();
     pids.into_iter().for_each(reap);
     let oracle = children_cpu() - oracle0;
+    rcu_barrier();
     let deadline = Instant::now() + Duration::from_secs(10);
     let (probe, processes) = loop {
         let after = scrape();
         let rise = |name: &str| counter(&after, name) - counter(&before, name);
         let processes = rise("usescope_exited_processes_total");
-        if processes >= f64::from(BATCH) || Instant::now() > deadline {
+        if processes >= f64::from(RAW_CHILDREN) || Instant::now() > deadline {
             break (rise("usescope_exited_tasks_cpu_seconds_total"), processes);
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -312,9 +384,10 @@ fn the_raw_tp_fallback_counts_too() {
     eprintln!(
         "exits, raw_tp: probe {probe:.6} s, RUSAGE_CHILDREN {oracle:.6} s, processes +{processes}"
     );
-    assert!(processes >= f64::from(BATCH), "processes +{processes}");
+    let one_late = f64::from(RAW_CHILDREN - 1);
+    assert!(processes >= one_late, "processes +{processes}");
     assert!(
-        probe >= oracle * 0.98,
+        probe >= oracle * 0.96,
         "the probe counted {probe} s of {oracle} s"
     );
 }

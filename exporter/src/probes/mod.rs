@@ -395,8 +395,11 @@ pub fn attach(settings: &ProbeSettings, scraper: &mut Scraper) -> Probes {
     } else {
         enable_stats()
     };
-    if stats.is_some() {
-        scraper.add("probe_stats", Box::new(StatsCollector::new(programs)));
+    if !programs.is_empty() {
+        // Recursion misses are always counted; run time and runs only
+        // while the kernel's statistics are on.
+        let collector = StatsCollector::new(programs, stats.is_some());
+        scraper.add("probe_stats", Box::new(collector));
     }
     Probes {
         _links: links,
@@ -412,7 +415,7 @@ fn enable_stats() -> Option<OwnedFd> {
     match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
         Ok(fd) => Some(fd),
         Err(e) => {
-            tracing::warn!(error = %e, "BPF run-time statistics unavailable (needs CAP_SYS_ADMIN); usescope_bpf_program_* not exported");
+            tracing::warn!(error = %e, "BPF run-time statistics unavailable (needs CAP_SYS_ADMIN); usescope_bpf_program_run_seconds_total and usescope_bpf_program_runs_total not exported");
             None
         }
     }

@@ -4,7 +4,9 @@
 //!   and `usescope_probe_info{probe,mode}` for every enabled probe, loaded
 //!   or not, so a dashboard can tell "no drops" from "not measuring drops".
 //! - [`StatsCollector`] (collector `probe_stats`): the kernel's per-program
-//!   run time and run count (BPF_ENABLE_STATS), i.e. what the probes cost.
+//!   recursion misses, i.e. the events a probe lost, always; and with
+//!   `--probe.bpf-stats` its run time and run count (BPF_ENABLE_STATS),
+//!   i.e. what the probes cost.
 
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -28,6 +30,10 @@ const RUN_SECONDS: Desc = Desc::counter(
 const RUNS: Desc = Desc::counter(
     "usescope_bpf_program_runs_total",
     "Number of times the kernel ran this eBPF program (kernel BPF run-time statistics).",
+);
+const RECURSION_MISSES: Desc = Desc::counter(
+    "usescope_bpf_program_recursion_misses_total",
+    "Times the kernel skipped this eBPF program because it was already running on the same CPU: events the probe did not count (kernel 5.12+; always counted).",
 );
 
 /// One enabled probe: its name and, if it attached, its mode.
@@ -67,16 +73,21 @@ pub struct Program {
 /// holds (works after privileges are dropped).
 pub struct StatsCollector {
     programs: Vec<Program>,
-    /// (run ns, runs) per program, reused so each family can be written
-    /// whole after every program's info has been read.
-    rows: Vec<(u64, u64)>,
+    /// What the kernel counts of each program, reused so each family can be
+    /// written whole after every program's info has been read.
+    rows: Vec<sys::ProgStats>,
+    /// Whether BPF_ENABLE_STATS is on, so run time and runs mean something
+    /// (without it the kernel leaves them 0, which would read as "never
+    /// ran").
+    run_stats: bool,
 }
 
 impl StatsCollector {
-    pub fn new(programs: Vec<Program>) -> StatsCollector {
+    pub fn new(programs: Vec<Program>, run_stats: bool) -> StatsCollector {
         StatsCollector {
             programs,
             rows: Vec::new(),
+            run_stats,
         }
     }
 }
@@ -89,14 +100,21 @@ impl Collector for StatsCollector {
                 .map_err(|e| CollectError::other("bpf program info", format!("{}: {e}", p.name)))?;
             self.rows.push(stats);
         }
-        enc.family(&RUN_SECONDS);
-        for (p, &(ns, _)) in self.programs.iter().zip(&self.rows) {
-            let labels = [("probe", p.probe), ("program", p.name)];
-            enc.sample(&RUN_SECONDS, &labels, ns as f64 / 1e9);
+        if self.run_stats {
+            enc.family(&RUN_SECONDS);
+            for (p, s) in self.programs.iter().zip(&self.rows) {
+                let labels = [("probe", p.probe), ("program", p.name)];
+                enc.sample(&RUN_SECONDS, &labels, s.run_ns as f64 / 1e9);
+            }
+            enc.family(&RUNS);
+            for (p, s) in self.programs.iter().zip(&self.rows) {
+                enc.sample(&RUNS, &[("probe", p.probe), ("program", p.name)], s.runs);
+            }
         }
-        enc.family(&RUNS);
-        for (p, &(_, runs)) in self.programs.iter().zip(&self.rows) {
-            enc.sample(&RUNS, &[("probe", p.probe), ("program", p.name)], runs);
+        enc.family(&RECURSION_MISSES);
+        for (p, s) in self.programs.iter().zip(&self.rows) {
+            let labels = [("probe", p.probe), ("program", p.name)];
+            enc.sample(&RECURSION_MISSES, &labels, s.recursion_misses);
         }
         Ok(())
     }

@@ -82,10 +82,12 @@ struct InfoAttr {
 }
 
 /// The head of `struct bpf_prog_info` (include/uapi/linux/bpf.h) up to the
-/// two statistics fields, the only ones read. The kernel copies
+/// three statistics fields, the only ones read. The kernel copies
 /// min(info_len, its own size) bytes and the uapi struct only ever grows at
 /// the end, so this prefix is valid on every kernel that has the fields
-/// (5.1+). The 24 words before them (type, id, tag, ... prog_tags) are not
+/// (run time and count 5.1+, recursion misses 5.12+; an older kernel leaves
+/// the later ones 0, and accepts the longer buffer because its tail is
+/// zero). The 24 words before them (type, id, tag, ... prog_tags) are not
 /// needed, so they are not spelt out; the unit test below checks the offsets
 /// against the kernel's own /proc/self/fdinfo.
 #[repr(C)]
@@ -93,19 +95,39 @@ struct ProgInfoHead {
     _before_stats: [u64; 24],
     run_time_ns: u64,
     run_cnt: u64,
+    recursion_misses: u64,
 }
 
-/// Run time (ns) and run count of a program, from the kernel's
-/// BPF_ENABLE_STATS accounting (both 0 while statistics are off).
+// The uapi offsets (include/uapi/linux/bpf.h): run_time_ns at 192, run_cnt
+// at 200, recursion_misses at 208. The fdinfo test checks the first two
+// against the kernel; the third follows run_cnt in the header.
+const _: () = assert!(std::mem::offset_of!(ProgInfoHead, run_time_ns) == 192);
+const _: () = assert!(std::mem::offset_of!(ProgInfoHead, recursion_misses) == 208);
+
+/// What the kernel counts of one program's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProgStats {
+    /// Time spent running it (0 while BPF_ENABLE_STATS is off).
+    pub run_ns: u64,
+    /// Runs (0 while BPF_ENABLE_STATS is off).
+    pub runs: u64,
+    /// Runs the kernel skipped because the program was already running on
+    /// that CPU: events the probe never saw. Always counted.
+    pub recursion_misses: u64,
+}
+
+/// A program's run time and run count, from the kernel's BPF_ENABLE_STATS
+/// accounting, and its recursion misses.
 ///
 /// One syscall, about 1 µs; reading /proc/self/fdinfo/<fd>, which shows the
 /// same two numbers, took about 12 µs per program (ARCHITECTURE.md,
 /// "Dependencies").
-pub fn prog_run_stats(prog: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+pub fn prog_run_stats(prog: BorrowedFd<'_>) -> io::Result<ProgStats> {
     let mut info = ProgInfoHead {
         _before_stats: [0; 24],
         run_time_ns: 0,
         run_cnt: 0,
+        recursion_misses: 0,
     };
     let attr = InfoAttr {
         bpf_fd: prog.as_raw_fd() as u32,
@@ -115,7 +137,11 @@ pub fn prog_run_stats(prog: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     // SAFETY: InfoAttr is the info attr; the kernel writes at most
     // info_len bytes to `info`, which is exactly that large.
     unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &attr) }?;
-    Ok((info.run_time_ns, info.run_cnt))
+    Ok(ProgStats {
+        run_ns: info.run_time_ns,
+        runs: info.run_cnt,
+        recursion_misses: info.recursion_misses,
+    })
 }
 
 const BPF_LINK_CREATE: libc::c_long = 28;
@@ -546,7 +572,7 @@ mod tests {
     }
 
     /// The kernel's own text rendering of the same statistics.
-    fn fdinfo_stats(prog: BorrowedFd<'_>) -> (u64, u64) {
+    fn fdinfo_stats(prog: BorrowedFd<'_>) -> ProgStats {
         let path = format!("/proc/self/fdinfo/{}", prog.as_raw_fd());
         let text = std::fs::read_to_string(&path).unwrap();
         let field = |name: &str| -> u64 {
@@ -557,7 +583,11 @@ mod tests {
                 .parse()
                 .unwrap()
         };
-        (field("run_time_ns:"), field("run_cnt:"))
+        ProgStats {
+            run_ns: field("run_time_ns:"),
+            runs: field("run_cnt:"),
+            recursion_misses: field("recursion_misses:"),
+        }
     }
 
     /// `prog_run_stats` reads the right words of bpf_prog_info: a filter
@@ -593,9 +623,9 @@ mod tests {
         for _ in 0..sent {
             tx.send_to(b"x", rx.local_addr().unwrap()).unwrap();
         }
-        let (ns, runs) = prog_run_stats(prog.as_fd()).unwrap();
-        assert!(runs >= sent, "{runs} runs after {sent} packets");
-        assert!(ns > 0);
-        assert_eq!((ns, runs), fdinfo_stats(prog.as_fd()));
+        let stats = prog_run_stats(prog.as_fd()).unwrap();
+        assert!(stats.runs >= sent, "{stats:?} after {sent} packets");
+        assert!(stats.run_ns > 0);
+        assert_eq!(stats, fdinfo_stats(prog.as_fd()));
     }
 }

@@ -278,6 +278,14 @@ pub fn sample(exposition: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The runs the kernel skipped of the daemon's BPF programs, because the
+/// same program was already running on that CPU (a softirq interrupting it
+/// in process context): what such a run would have counted is lost, so a
+/// probe's oracle test allows for it.
+pub fn recursion_misses(d: &Daemon) -> u64 {
+    sum_of(&d.scrape(), "usescope_bpf_program_recursion_misses_total") as u64
+}
+
 /// Sum of every sample of a metric name (any labels).
 pub fn sum_of(exposition: &str, name: &str) -> f64 {
     exposition
