@@ -13,6 +13,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
 
 use crate::collectors::{self, FlagValue, Settings};
+use crate::kernel::cgroup_path::SELECT_FLAG as CGROUP_SELECT;
 use crate::probes::{self, ProbeSettings};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -378,9 +379,9 @@ where
             .get_one::<std::time::Duration>("web.scrape-timeout")
             .copied()
             .unwrap_or(std::time::Duration::from_secs(10)),
+        probes: probes::settings_from(&m, enabled_probes, settings.regex(CGROUP_SELECT).cloned()),
         settings,
         collectors,
-        probes: probes::settings_from(&m, enabled_probes),
         runtime_user: m.get_one::<String>("runtime.user").cloned(),
         probe_loader: m.get_flag(probes::loader_process::FLAG),
         node_exporter_build_info: !m.get_flag("no-compat.node-exporter-build-info"),

@@ -356,3 +356,52 @@ fn a_removed_cgroup_disappears_and_frees_its_slot() {
     drop(next);
     assert!(d.stop().success());
 }
+
+/// The per-cgroup view labels what `--collector.cgroup.select` selects, as
+/// the cgroup collector does: a cgroup the selection leaves out has no
+/// series of its own, and its waits are in `other`.
+#[test]
+fn the_cgroup_collectors_selection_chooses_the_series() {
+    if !can_run_bpf() {
+        return;
+    }
+    let _g = serial();
+    let mut chosen = CpuCgroup::create("chosen");
+    let mut left_out = CpuCgroup::create("left-out");
+    let select = format!(
+        "--collector.cgroup.select=^{}$",
+        regex::escape(&chosen.label)
+    );
+    let Some(d) = start(&[&select]) else { return };
+    let other_before = stat(&d.scrape(), "other", "count").unwrap_or(0.0);
+    for c in [&mut chosen, &mut left_out] {
+        c.spawn("while :; do sleep 0.01; done");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let expo = d.scrape();
+    let count = |c: &CpuCgroup| stat(&expo, &c.label, "count");
+    let other = stat(&expo, "other", "count").unwrap_or(0.0) - other_before;
+    eprintln!(
+        "selected {}: {:?}; left out {}: {:?}; other +{other}",
+        chosen.label,
+        count(&chosen),
+        left_out.label,
+        count(&left_out)
+    );
+    assert!(
+        count(&chosen).is_some_and(|n| n >= 100.0),
+        "{} selected, but {:?} waits",
+        chosen.label,
+        count(&chosen)
+    );
+    assert_eq!(
+        count(&left_out),
+        None,
+        "{} was not selected",
+        left_out.label
+    );
+    // The left-out cgroup's ~200 sleeps a second wait in `other`.
+    assert!(other >= 100.0, "other rose by {other}");
+    drop((chosen, left_out));
+    assert!(d.stop().success());
+}

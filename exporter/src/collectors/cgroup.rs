@@ -56,7 +56,7 @@ use parse::{Blkio, Dev, IoStat, Key, Keyed, Value};
 use read::{Failed, Got, Reader, Slot};
 use walk::{Limits, Walker};
 
-const SELECT: &str = "collector.cgroup.select";
+use crate::kernel::cgroup_path::SELECT_FLAG as SELECT;
 const MAX: &str = "collector.cgroup.max";
 const MAX_WALK: &str = "collector.cgroup.max-walk";
 const MAX_DEPTH: &str = "collector.cgroup.max-depth";

@@ -7,6 +7,10 @@
 /// driver); a container named by its id alone (Docker's and containerd's
 /// cgroupfs drivers: `/docker/ID`, `/kubepods/burstable/podUID/ID`) or
 /// with its runtime's prefix (CRI-O's cgroupfs driver: `crio-ID`).
+/// The flag that chooses which cgroups get series of their own: the cgroup
+/// collector's, and the per-cgroup probe views follow it.
+pub const SELECT_FLAG: &str = "collector.cgroup.select";
+
 pub const DEFAULT_SELECT: &str =
     r"\.(service|scope)$|/[0-9a-f]{64}$|/(docker|crio|cri-containerd|libpod|nerdctl)-[0-9a-f]{64}$";
 

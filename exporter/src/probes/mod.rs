@@ -181,6 +181,10 @@ pub struct ProbeSettings {
     /// `--probe.histogram.bucket-factor`: which of the kernel's log2 bucket
     /// bounds every probe histogram writes.
     pub histogram: log2_hist::Resolution,
+    /// `--collector.cgroup.select`: which cgroups a per-cgroup probe view
+    /// labels, so its series carry the cgroup collector's labels for the
+    /// same cgroup (None: the collector's default).
+    pub cgroup_select: Option<regex::Regex>,
     /// Flag name → value, for every registered probe flag that has one.
     flags: Vec<(&'static str, ProbeFlagValue)>,
 }
@@ -192,6 +196,7 @@ impl Default for ProbeSettings {
             enabled: Vec::new(),
             bpf_stats: false,
             histogram: log2_hist::Resolution::default(),
+            cgroup_select: None,
             flags: Vec::new(),
         };
         for flag in ALL.iter().flat_map(|p| p.flags) {
@@ -277,11 +282,17 @@ pub fn add_args(cmd: Command) -> Command {
 }
 
 /// The probe settings from parsed arguments: `enabled`, the global flags
-/// (`--probe.bpf-stats`, `--probe.histogram.bucket-factor`) and every
-/// registered probe flag (given, or at its default).
-pub fn settings_from(m: &ArgMatches, enabled: Vec<&'static str>) -> ProbeSettings {
+/// (`--probe.bpf-stats`, `--probe.histogram.bucket-factor`), the cgroup
+/// collector's selection and every registered probe flag (given, or at its
+/// default).
+pub fn settings_from(
+    m: &ArgMatches,
+    enabled: Vec<&'static str>,
+    cgroup_select: Option<regex::Regex>,
+) -> ProbeSettings {
     let mut s = ProbeSettings {
         enabled,
+        cgroup_select,
         bpf_stats: m.get_flag("probe.bpf-stats"),
         histogram: m
             .get_one::<String>(log2_hist::FACTOR_FLAG)

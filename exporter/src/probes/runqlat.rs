@@ -303,6 +303,7 @@ pub fn collector(
             &names,
             hist,
             Buckets::new(settings.histogram),
+            settings.cgroup_select.clone(),
         )?)
     };
     Ok(Box::new(RunqlatCollector {

@@ -13,7 +13,8 @@
 //! levels.
 //!
 //! Labels: an id's series is its topmost ancestor-or-self that the cgroup
-//! collector's default selection ([`DEFAULT_SELECT`]) matches, so a series
+//! collector's selection (`--collector.cgroup.select`, default
+//! [`DEFAULT_SELECT`]) matches, so a series
 //! here has the `cgroup` label of the cgroup collector's series for the
 //! same cgroup; ids with no selected ancestor, ids past the walk's bounds
 //! and the waits of cgroups that found the map full are summed into
@@ -268,8 +269,14 @@ impl CgroupHist {
     /// In the daemon, before privileges are dropped: `names` is what
     /// `load` sent (the ids of [`MAP`], [`SLOT_MAP`] and [`FREE_MAP`],
     /// hierarchy kind, root); `hist` a new fd of us_rq_hist; `buckets` the
-    /// host histogram's resolution.
-    pub fn new(names: &[String], hist: OwnedFd, buckets: Buckets) -> Result<CgroupHist, String> {
+    /// host histogram's resolution; `select` the cgroup collector's
+    /// `--collector.cgroup.select` (None: its default).
+    pub fn new(
+        names: &[String],
+        hist: OwnedFd,
+        buckets: Buckets,
+        select: Option<Regex>,
+    ) -> Result<CgroupHist, String> {
         let [hists, slots, free, by, root] = names else {
             return Err(format!(
                 "the probe loader sent {names:?} for the per-cgroup maps"
@@ -293,7 +300,10 @@ impl CgroupHist {
             zeroes,
             overflow: PerCpuStruct::from_fd(super::MAP, hist, size_of::<RunqlatHist>())?,
             resolver,
-            select: Regex::new(DEFAULT_SELECT).map_err(|e| e.to_string())?,
+            select: match select {
+                Some(r) => r,
+                None => Regex::new(DEFAULT_SELECT).map_err(|e| e.to_string())?,
+            },
             entries: HashMap::new(),
             series: HashMap::new(),
             other: Series::default(),
