@@ -33,7 +33,7 @@ const RUNS: Desc = Desc::counter(
 );
 const RECURSION_MISSES: Desc = Desc::counter(
     "usescope_bpf_program_recursion_misses_total",
-    "Times the kernel skipped this eBPF program because it was already running on the same CPU: events the probe did not count (kernel 5.12+; always counted).",
+    "Times the kernel skipped one of this probe's eBPF programs because it was already running on the same CPU: events the probe did not count (kernel 5.12+; always counted).",
 );
 
 /// One enabled probe: its name and, if it attached, its mode.
@@ -111,10 +111,17 @@ impl Collector for StatsCollector {
                 enc.sample(&RUNS, &[("probe", p.probe), ("program", p.name)], s.runs);
             }
         }
+        // One series per probe, not per program: what matters is that a
+        // probe lost events, and the default probes hold 9 programs.
         enc.family(&RECURSION_MISSES);
-        for (p, s) in self.programs.iter().zip(&self.rows) {
-            let labels = [("probe", p.probe), ("program", p.name)];
-            enc.sample(&RECURSION_MISSES, &labels, s.recursion_misses);
+        let mut i = 0;
+        while let Some(first) = self.programs.get(i) {
+            let mut misses = 0;
+            while let Some(s) = self.rows.get(i).filter(|_| self.programs[i].probe == first.probe) {
+                misses += s.recursion_misses;
+                i += 1;
+            }
+            enc.sample(&RECURSION_MISSES, &[("probe", first.probe)], misses);
         }
         Ok(())
     }
