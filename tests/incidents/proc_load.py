@@ -17,10 +17,15 @@ killed.
   thrash MB               touches every page of MB of anonymous memory, over
                           and over (swaps in a smaller memory cgroup)
   hold MB                 touches MB of anonymous memory once, then sleeps
+  randread PATH RATE      drops the pages of file PATH, then reads random 4 KiB
+                          blocks of it RATE times a second with readahead off
+                          (POSIX_FADV_RANDOM): a file larger than the reader's
+                          memory cgroup can cache misses on most reads
 """
 
 import mmap
 import os
+import random
 import sys
 import time
 
@@ -109,6 +114,16 @@ def hold(mb):
         time.sleep(3600)
 
 
+def randread(path, rate):
+    blocks = os.path.getsize(path) // 4096
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    rng = random.Random(1)
+    for _ in paced(int(rate)):
+        os.pread(fd, 4096, rng.randrange(blocks) * 4096)
+
+
 COMMANDS = {
     "zombies": zombies,
     "spawn": spawn,
@@ -116,6 +131,7 @@ COMMANDS = {
     "pingpong": pingpong,
     "thrash": thrash,
     "hold": hold,
+    "randread": randread,
 }
 
 if __name__ == "__main__":

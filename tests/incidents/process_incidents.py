@@ -29,6 +29,7 @@ from pathlib import Path
 
 import incidents as i
 import resources as r
+import scaling
 from incidents import QUIET_S, RESOLVE_TIMEOUT_S, expect_page, expect_quiet, expect_resolved, labels_text
 from stack import HERE, now, run
 
@@ -457,6 +458,90 @@ def swap_thrash(stack, report):
     expect_resolved(stack, report, incident, "SwapThrashing", ended, host)
 
 
+# --- the page cache: reads that miss -------------------------------------------
+
+# Random 4 KiB reads a second: ten times PageCacheHitRatioLow's floor of
+# 1 000 accesses a second, so that other work's hits do not lift the
+# host's ratio over 0.5; from memory (cached_file), so the loop device
+# stays far from the disk alerts' 60% utilisation.
+RANDREAD_RATE = 10000
+CPU_READER = 1
+# PageCacheHitRatioLow's `for:` (30m) and rate window (5m), scaled, and a
+# margin: how long the quiet case must last to show the alert would not fire.
+PAGE_CACHE_QUIET_S = (30 * 60 + 5 * 60) / scaling.FACTOR + 10
+
+
+@contextlib.contextmanager
+def cached_file(tag, file_mb, cgroup_mb):
+    """A file of file_mb on ext4 over a loop device, and a memory cgroup of
+    cgroup_mb for its reader. The loop device's backing file is in /dev/shm:
+    tmpfs reads are fast and do not take the page cache's read path that
+    the probe hooks, so the probe sees only the reader's accesses, and each
+    miss is one page the loop device reads."""
+    with r.loop_device(file_mb + 64, directory="/dev/shm") as dev, r.mounted(dev) as mnt, \
+            r.cgroup(r.MEMORY, f"usescope-incident-{tag}-{os.getpid()}", {"memory.limit_in_bytes": cgroup_mb << 20}) as group:
+        path = mnt / "data"
+        with open(path, "wb") as f:
+            chunk = os.urandom(1 << 20)
+            for _ in range(file_mb):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        yield Path(dev).name, path, group
+
+
+def pages_read(device):
+    """Pages the block device has read (/proc/diskstats sectors / 8)."""
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == device:
+            return int(fields[5]) // 8
+    raise KeyError(device)
+
+
+def page_cache_quiet(stack, report):
+    """The same reader on a file its cgroup can hold: after the first
+    pass, every read hits."""
+    host = {"instance": stack.host}
+    incident = f"page cache: {RANDREAD_RATE} random reads/s of a 8 MiB file in a 32 MiB cgroup"
+    with cached_file("pagecache-fits", 8, 32) as (device, path, group):
+        started, read0 = now(), pages_read(device)
+        with pload("randread", path, RANDREAD_RATE, group=group, cpu=CPU_READER):
+            # Longer than expect_quiet's QUIET_S: this rule's `for:` is 30m.
+            time.sleep(max(0, started + PAGE_CACHE_QUIET_S - now()))
+            ratio = f'instance:usescope_page_cache_hit:ratio_rate5m{{instance="{stack.host}"}}'
+            expect_quiet(stack, report, incident, ["PageCacheHitRatioLow"], started, host,
+                         lambda: f"hit ratio {stack.value(ratio) or 0:.3f}; {device} read "
+                                 f"{pages_read(device) - read0} pages")
+
+
+def page_cache_misses(stack, report):
+    host = {"instance": stack.host}
+    incident = f"page cache: {RANDREAD_RATE} random reads/s of a 128 MiB file in a 32 MiB cgroup"
+    misses = f'usescope_page_cache_misses_total{{instance="{stack.host}"}}'
+    with cached_file("pagecache-misses", 128, 32) as (device, path, group):
+        started = now()
+        with pload("randread", path, RANDREAD_RATE, group=group, cpu=CPU_READER):
+            time.sleep(1.5)  # a scrape after the reader started
+            k0, p0 = pages_read(device), stack.value(misses)
+            # Its `for:` is 30m and its window 5m: 105 s scaled before it can fire.
+            expect_page(stack, report, incident, "PageCacheHitRatioLow", started, host, severity="ticket",
+                        timeout=PAGE_CACHE_QUIET_S + 30)
+            ratio = stack.value(f'instance:usescope_page_cache_hit:ratio_rate5m{{instance="{stack.host}"}}')
+            k1, p1 = pages_read(device), stack.value(misses)
+        ended = now()
+    # The probe counts every miss on the host; the loop device reads one
+    # page per miss of this reader. A scrape is up to 1.5 s (scaled
+    # interval and a margin) older than the kernel read beside it.
+    kernel, probe = k1 - k0, (p1 or 0) - (p0 or 0)
+    report.check(f"{incident}: the cachestat probe counted {probe:.0f} misses, at least the {kernel} pages "
+                 f"{device} read (less 2 s of reads)",
+                 p0 is not None and p1 is not None and probe >= kernel - 2 * RANDREAD_RATE)
+    measured_row(report, incident, f"hit ratio {ratio or 0:.3f} (rate5m scaled); {kernel / (ended - started):.0f} "
+                                   f"pages/s read by {device}")
+    expect_resolved(stack, report, incident, "PageCacheHitRatioLow", ended, host)
+
+
 def phases(st, report):
     """Incident name -> callable, by the run.py phase they join."""
     return {
@@ -475,7 +560,14 @@ def phases(st, report):
             "process_storm": lambda: process_storm(st, report),
             "swap_thrash": lambda: swap_thrash(st, report),
         },
+        # The page cache's quiet neighbour beside the TCP incidents, which
+        # read no files; the misses beside the context-switch storm, on the
+        # other CPU.
+        "beside_tcp": {
+            "page_cache_quiet": lambda: page_cache_quiet(st, report),
+        },
         "switches": {
             "context_switch_storm": lambda: context_switch_storm(st, report),
+            "page_cache_misses": lambda: page_cache_misses(st, report),
         },
     }

@@ -45,10 +45,10 @@ def conntrack_max(limit):
 
 
 @contextlib.contextmanager
-def loop_device(size_mb, direct_io=False):
-    """A loop device on a sparse file in /var/tmp (a real disk: tmpfs has
-    no O_DIRECT)."""
-    fd, path = tempfile.mkstemp(prefix="usescope-incident-", suffix=".img", dir="/var/tmp")
+def loop_device(size_mb, direct_io=False, directory="/var/tmp"):
+    """A loop device on a sparse file in `directory`: by default /var/tmp, a
+    real disk (tmpfs has no O_DIRECT)."""
+    fd, path = tempfile.mkstemp(prefix="usescope-incident-", suffix=".img", dir=directory)
     os.close(fd)
     try:
         os.truncate(path, size_mb << 20)

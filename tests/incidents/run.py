@@ -98,7 +98,7 @@ def phases(st, report, ns):
         # The TCP incidents load both CPUs with packets (a 12 600/s SYN
         # flood, a lossy stream): beside the iowait cases they took CPU 1,
         # which then booked no iowait. Phases of their own.
-        net[0],
+        {**net[0], **proc["beside_tcp"]},
         net[1],
         # NET_RX on one CPU needs the other for its sender, and would hide
         # iowait and disturb the CPU cases: a phase of its own.
