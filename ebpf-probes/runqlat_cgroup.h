@@ -29,9 +29,11 @@
 #ifndef USESCOPE_RUNQLAT_CGROUP_H
 #define USESCOPE_RUNQLAT_CGROUP_H
 
-#define RQ_CGROUP_NONE 0
-#define RQ_CGROUP_V1_CPU 1
-#define RQ_CGROUP_V2 2
+#include "cgroup_id.h"
+
+#define RQ_CGROUP_NONE CGROUP_BY_NONE
+#define RQ_CGROUP_V1_CPU CGROUP_BY_V1
+#define RQ_CGROUP_V2 CGROUP_BY_V2
 
 /* Entry of us_rq_hist for the waits of cgroups that found us_rq_cg full. */
 #define RQ_HIST_OVERFLOW_KEY 1
@@ -67,16 +69,9 @@ u32 cgroup_slots_used = 0;
 
 static __always_inline u64 task_cgroup_id(struct task_struct *t, const bool direct)
 {
-	if (cgroup_by == RQ_CGROUP_V1_CPU) {
-		const int cpu = bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id);
-
-		if (direct)
-			return t->cgroups->subsys[cpu]->cgroup->kn->id;
-		return BPF_CORE_READ(t, cgroups, subsys[cpu], cgroup, kn, id);
-	}
-	if (direct)
-		return t->cgroups->dfl_cgrp->kn->id;
-	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
+	return task_cgroup_id_in(t, cgroup_by == RQ_CGROUP_V1_CPU,
+				 bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id),
+				 direct);
 }
 
 /* The slot of cgroup `id`, given one on its first wait; false when none

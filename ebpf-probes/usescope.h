@@ -179,4 +179,16 @@ struct tcpconnect_counts {
 	__u64 no_port;
 };
 
+/*
+ * oomkill: OOM victims (oom:mark_victim), host-wide; the kills of each
+ * victim's memory cgroup are in the hash us_oom_cg (cgroup id -> kills).
+ * map_full: kills whose cgroup found us_oom_cg full; no_cgroup: kills
+ * whose victim's cgroup could not be read (id 0). Both are in kills.
+ */
+struct oomkill_counts {
+	__u64 kills;
+	__u64 map_full;
+	__u64 no_cgroup;
+};
+
 #endif

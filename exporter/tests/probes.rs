@@ -83,6 +83,8 @@ fn every_registered_probe_writes_the_families_it_declares() {
     let mut declared = vec![
         "usescope_probe_up".to_string(),
         "usescope_probe_info".to_string(),
+        // written whenever a program is attached (probes/status.rs)
+        "usescope_bpf_program_recursion_misses_total".to_string(),
         "usescope_build_info".to_string(),
         // the loadavg collector's (ARGS)
         "usescope_tasks".to_string(),
@@ -751,7 +753,9 @@ fn bpf_statistics_are_opt_in() {
     if !probe_up(&d, &expo, "drops") {
         return;
     }
-    assert!(!expo.contains("usescope_bpf_program_"), "{expo}");
+    // Recursion misses are always exported; run time and runs only on ask.
+    assert!(!expo.contains("usescope_bpf_program_run"), "{expo}");
+    assert!(expo.contains("usescope_bpf_program_recursion_misses_total{probe=\"drops\"}"));
     assert!(d.stop().success());
 
     let mut args = ARGS.to_vec();

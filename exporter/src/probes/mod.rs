@@ -31,6 +31,7 @@
 //! warning naming the cause and reports `usescope_probe_up{probe} 0`.
 
 pub mod btf;
+pub mod cgroup_ids;
 pub mod fd_passing;
 pub mod layout;
 pub mod loader;
@@ -73,6 +74,7 @@ registry! {
     tasks,
     tcpretrans,
     tcpconnect,
+    oomkill,
 }
 
 /// Everything about one probe, declared beside its code as `pub const

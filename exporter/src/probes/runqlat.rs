@@ -188,7 +188,7 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     // The hierarchy is chosen once, here, from what is mounted; without
     // the flag the kernel side compiles its per-cgroup code out.
     let hierarchy = if settings.switch(PER_CGROUP) {
-        Some(cgroup::Hierarchy::find().map_err(ProbeError)?)
+        Some(cgroup::Hierarchy::find("cpu").map_err(ProbeError)?)
     } else {
         None
     };

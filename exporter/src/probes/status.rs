@@ -117,7 +117,11 @@ impl Collector for StatsCollector {
         let mut i = 0;
         while let Some(first) = self.programs.get(i) {
             let mut misses = 0;
-            while let Some(s) = self.rows.get(i).filter(|_| self.programs[i].probe == first.probe) {
+            while let Some(s) = self
+                .rows
+                .get(i)
+                .filter(|_| self.programs[i].probe == first.probe)
+            {
                 misses += s.recursion_misses;
                 i += 1;
             }

@@ -328,6 +328,28 @@ pub unsafe fn lookup_u64_u32(map: BorrowedFd<'_>, key: u64) -> io::Result<Option
     }
 }
 
+/// The u64 value of `key` in a hash map with u64 keys and u64 values;
+/// None if the key is not there.
+///
+/// # Safety
+/// The map's key size and value size must be 8 bytes.
+pub unsafe fn lookup_u64_u64(map: BorrowedFd<'_>, key: u64) -> io::Result<Option<u64>> {
+    let mut value = 0u64;
+    let attr = LookupAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: &key as *const u64 as u64,
+        value: &mut value as *mut u64 as u64,
+        flags: 0,
+    };
+    // SAFETY: the map-element attr; 8-byte key, 8-byte value.
+    match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) } {
+        Ok(_) => Ok(Some(value)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes `value` to `key` of an array (per-CPU or not), or pushes it
 /// onto a queue (`key` None).
 ///

@@ -93,6 +93,21 @@ impl MemCgroup {
         }
     }
 
+    /// The kernel's count of OOM kills in this cgroup: v1's `oom_kill` line
+    /// of memory.oom_control, v2's of memory.events.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.v1 {
+            "memory.oom_control"
+        } else {
+            "memory.events"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The same count summed over every memory cgroup on the host: the
     /// oracle for a host-wide probe, since other cgroups (containers, other
     /// tests) may hit their limits at the same time.
