@@ -66,7 +66,7 @@ step "load: 100 concurrent scrapers for 60 s (wrk)" env USESCOPE_BIN=target/rele
 step "fleet packaging (systemd-analyze, kubernetes-validate)" deploy/test.sh
 [ -f docker-compose.yml ] && step "docker-compose config" docker-compose -f docker-compose.yml config -q
 [ -x tests/e2e/run.sh ] && step "end-to-end with Prometheus and Alertmanager" tests/e2e/run.sh
-step "real incidents page through Prometheus and Alertmanager (root, about 11 min)" \
+step "real incidents page through Prometheus and Alertmanager (root, about 12 min)" \
   env USESCOPE_BIN=target/release/usescope tests/incidents/run.sh
 step "fleet: 200 hosts, sharded HA Prometheus, Thanos, an Alertmanager pair (root, about 7 min)" \
   env USESCOPE_BIN=target/release/usescope tests/fleet/run.sh

@@ -13,7 +13,8 @@ in parallel:
   2. iowait with a saturated loop device, an nft drop rule, and on CPU 0
      the start and switch storms' quiet neighbour;
   3. the TCP incidents of net_incidents.py: retransmissions, ephemeral
-     ports, delayed ACKs, each beside its quiet neighbour;
+     ports, delayed ACKs, each beside its quiet neighbour, and the page
+     cache's quiet neighbour (a reader whose file fits its cgroup);
   4. the SYN flood and its quiet neighbour;
   5. NET_RX softirq on one CPU (its sender needs the other);
   6. CPU at 70% (quiet);
@@ -21,7 +22,8 @@ in parallel:
      the short-lived and swap quiet neighbours;
   8. the process storm (forks, execs, CPU of ended tasks) and swap
      thrashing (process_incidents.py);
-  9. the context-switch storm.
+  9. the context-switch storm, and on the other CPU random reads that miss
+     the page cache (process_incidents.py).
 The packet-heavy TCP phases and the storms keep away from the iowait cases,
 which need CPU 1 idle to book iowait.
 CPU saturation runs without them: busy loops would hide iowait (a CPU
@@ -178,8 +180,9 @@ def main():
         Path(args.json).write_text(json.dumps(report.rows, indent=1))
     elapsed = time.monotonic() - started
     # The NET_RX phase (about 60 s), the two TCP phases and the two storm
-    # phases run alone; 665 s in a whole run with every incident paging.
-    report.check(f"the incident suite took {elapsed:.0f}s (budget 720 s)", elapsed <= 720)
+    # phases run alone; 613 s in a whole run with every incident paging
+    # before the page cache's two cases, which wait out a 30m `for:`.
+    report.check(f"the incident suite took {elapsed:.0f}s (budget 780 s)", elapsed <= 780)
     failed = len(report.failures)
     for what in report.failures:
         print(f"failed: {what}")
