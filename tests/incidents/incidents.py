@@ -420,6 +420,81 @@ def iowait_quiet(stack, report):
             report.check(f"{incident}: the disk really was busy, not idle (util {util:.2f} in 0.3-0.7)", 0.3 <= util <= 0.7)
 
 
+
+@contextlib.contextmanager
+def self_throttled_loop(iops):
+    """A --direct-io=on loop device throttled at itself (blkio write IOPS on
+    its own major:minor): a writer's bios wait in the throttle before the
+    device sees them, so the writer waits (iowait) while the device, busy
+    only with what the throttle lets through, stays nearly idle."""
+    with r.loop_device(64, direct_io=True) as device:
+        rdev = os.stat(device).st_rdev
+        name = f"usescope-incident-fsync-{id(device)}"
+        limit = f"{os.major(rdev)}:{os.minor(rdev)} {iops}"
+        with r.cgroup(r.BLKIO, name, {"blkio.throttle.write_iops_device": limit}) as group:
+            yield device, group
+
+
+# Synchronous writes a second the fsync storm's device takes (Redis with
+# appendfsync always, fsyncing every ~10 ms, waits on each).
+FSYNC_IOPS = 50
+
+
+def fsync_storm(stack, report):
+    """iowait without disk saturation (HighIOWaitWithoutDiskSaturation, a
+    ticket; HighIOWait, the page, must not fire): 4 KiB O_DSYNC writes on
+    CPU 1 waiting in a throttle of FSYNC_IOPS, first with the writer idle
+    twice each write's duration (quiet: a third of CPU 1 in iowait), then
+    back to back. Judged by the iowait the kernel booked, like
+    iowait_saturated."""
+    host = {"instance": stack.host}
+    cpu1 = {**host, "cpu": "1"}
+    with self_throttled_loop(FSYNC_IOPS) as (device, group):
+        dev = Path(device).name
+
+        def measured():
+            m = disk_and_iowait(stack, dev)
+            return ", ".join(f"{k} {v:.2f}" for k, v in m.items())
+
+        incident = f"fsync: a synchronous write every 60 ms through a {FSYNC_IOPS} writes/s throttle"
+        started, ticks = now(), cpu_iowait_ticks(1)
+        with load("direct-writer", device, "2", cpu=1, group=group):
+            expect_quiet(stack, report, incident, ["HighIOWaitWithoutDiskSaturation", "HighIOWait"], started, host,
+                         measured)
+        booked = (cpu_iowait_ticks(1) - ticks) / 100 / (now() - started)
+        if booked < 0.15:
+            report.not_testable_here(f"{incident}: the quiet case meant something",
+                                     f"other work took CPU 1: the kernel booked only {booked:.2f} iowait on it")
+
+        incident = f"fsync storm: synchronous writes back to back through a {FSYNC_IOPS} writes/s throttle"
+        started, ticks = now(), cpu_iowait_ticks(1)
+        disk = disk_ticks(dev)
+        with load("direct-writer", device, "0", cpu=1, group=group):
+            def cpu_was_taken():
+                booked = (cpu_iowait_ticks(1) - ticks) / 100 / (now() - started)
+                if booked < 0.6:
+                    return (f"other work took CPU 1 during the incident: the kernel booked only {booked:.2f} "
+                            f"iowait on it (the alert needs 0.5 over 5 minutes)")
+                return None
+
+            expect_page(stack, report, incident, "HighIOWaitWithoutDiskSaturation", started, cpu1, severity="ticket",
+                        excuse=cpu_was_taken)
+            elapsed = now() - started
+            kernel_iowait = (cpu_iowait_ticks(1) - ticks) / 100 / elapsed
+            kernel_util = (disk_ticks(dev)[0] - disk[0]) / elapsed
+            m = disk_and_iowait(stack, dev)
+        ended = now()
+        pages = stack.notifications("HighIOWait", started, "firing", **host)
+        report.check(f"{incident}: no HighIOWait page (the disk was not saturated)", not pages,
+                     f"paged: {[a['labels'] for _, _, a in pages]}")
+        report.check(f"{incident}: {dev} util {m['util']:.3f} matches /proc/diskstats since the start "
+                     f"({kernel_util:.3f}) within 0.05, and is far below saturation",
+                     abs(m["util"] - kernel_util) <= 0.05 and kernel_util < 0.3)
+        report.row(incident=incident, alert="(measured)", labels={}, expected="", severity=None, page_s=None,
+                   resolve_s=None, note=f"CPU 1 iowait {m['cpu1']:.2f} (/proc/stat {kernel_iowait:.2f}), "
+                                        f"{dev} util {m['util']:.3f} (/proc/diskstats {kernel_util:.3f})")
+    expect_resolved(stack, report, incident, "HighIOWaitWithoutDiskSaturation", ended, cpu1)
+
 # --- CPU -----------------------------------------------------------------------
 
 def cpu_busy_share(cpus=(0, 1), seconds=3.0):

@@ -22,8 +22,9 @@ in parallel:
      the short-lived and swap quiet neighbours;
   8. the process storm (forks, execs, CPU of ended tasks) and swap
      thrashing (process_incidents.py);
-  9. the context-switch storm, and on the other CPU random reads that miss
-     the page cache (process_incidents.py).
+  9. the context-switch storm and random reads that miss the page cache
+     (process_incidents.py), both on CPU 0, and on CPU 1 the fsync storm
+     and its quiet neighbour.
 The packet-heavy TCP phases and the storms keep away from the iowait cases,
 which need CPU 1 idle to book iowait.
 CPU saturation runs without them: busy loops would hide iowait (a CPU
@@ -112,7 +113,9 @@ def phases(st, report, ns):
         # Forks, execs and exited CPU use both CPUs; swap thrashing (disk,
         # not CPU) beside them.
         proc["storms"],
-        proc["switches"],
+        # CPU 1 idle for the fsync storm's iowait: the context-switch storm
+        # and the page-cache reader are on CPU 0.
+        {**proc["switches"], "fsync_storm": lambda: i.fsync_storm(st, report)},
     ]
 
 
