@@ -8,13 +8,12 @@ in parallel:
      nf_conntrack_max), listen overflow (a third namespace), UDP to a closed
      port, memory pressure in a cgroup, a CPU quota and an OOM kill in
      cgroups (each beside a quiet cgroup), the disk at 50% (quiet), the
-     filesystem full of files and data, and zombies (both run on into later
-     phases), drop_caches;
+     filesystem full of files and data, zombies and the page cache's quiet
+     neighbour (these three run on into later phases), drop_caches;
   2. iowait with a saturated loop device, an nft drop rule, and on CPU 0
      the start and switch storms' quiet neighbour;
   3. the TCP incidents of net_incidents.py: retransmissions, ephemeral
-     ports, delayed ACKs, each beside its quiet neighbour, and the page
-     cache's quiet neighbour (a reader whose file fits its cgroup);
+     ports, delayed ACKs, each beside its quiet neighbour;
   4. the SYN flood and its quiet neighbour;
   5. NET_RX softirq on one CPU (its sender needs the other);
   6. CPU at 70% (quiet);
@@ -71,7 +70,7 @@ HOST_USESCOPE_ARGS += ["--probe.tcpretrans", "--probe.tcpconnect"]
 HOST_USESCOPE_ARGS += ["--probe.tasks", "--probe.exits"]
 # Incidents that run on into the phases after their own: they load
 # nothing the later phases measure.
-LONG_RUNNING = {"filesystem_full", "zombies"}
+LONG_RUNNING = {"filesystem_full", "zombies", "page_cache_quiet"}
 # Per run, so that two runs on one machine do not collide.
 NETNS = {key: f"usescope-{key}-{os.getpid()}" for key in ("ct_full", "ct_quiet", "listen", "nft")}
 
@@ -92,6 +91,7 @@ def phases(st, report, ns):
             "cgroup_cpu_quota": lambda: i.cgroup_cpu_quota(st, report),
             "cgroup_oom": lambda: i.cgroup_oom(st, report),
             **proc["phase1"],
+            **proc["from_phase1"],
         },
         {
             "iowait_saturated": lambda: i.iowait_saturated(st, report),
@@ -101,7 +101,7 @@ def phases(st, report, ns):
         # The TCP incidents load both CPUs with packets (a 12 600/s SYN
         # flood, a lossy stream): beside the iowait cases they took CPU 1,
         # which then booked no iowait. Phases of their own.
-        {**net[0], **proc["beside_tcp"]},
+        net[0],
         net[1],
         # NET_RX on one CPU needs the other for its sender, and would hide
         # iowait and disturb the CPU cases: a phase of its own.
@@ -184,8 +184,9 @@ def main():
     elapsed = time.monotonic() - started
     # The NET_RX phase (about 60 s), the two TCP phases and the two storm
     # phases run alone; 613 s in a whole run with every incident paging
-    # before the page cache's two cases, which wait out a 30m `for:`.
-    report.check(f"the incident suite took {elapsed:.0f}s (budget 780 s)", elapsed <= 780)
+    # before the page cache's and the fsync storm's cases (776 s with the
+    # page cache's quiet neighbour in phase 3, where it lengthened the phase).
+    report.check(f"the incident suite took {elapsed:.0f}s (budget 800 s)", elapsed <= 800)
     failed = len(report.failures)
     for what in report.failures:
         print(f"failed: {what}")
