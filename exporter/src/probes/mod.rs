@@ -229,6 +229,15 @@ impl ProbeSettings {
         self.flags.iter().find(|(n, _)| *n == flag).map(|&(_, v)| v)
     }
 
+    /// The cgroups a per-cgroup view labels: `--collector.cgroup.select`,
+    /// else the cgroup collector's default.
+    pub fn cgroup_selection(&self) -> regex::Regex {
+        self.cgroup_select.clone().unwrap_or_else(|| {
+            regex::Regex::new(crate::kernel::cgroup_path::DEFAULT_SELECT)
+                .expect("the default selection compiles")
+        })
+    }
+
     /// A [`ProbeFlagKind::Bool`] flag's value; false when unset.
     pub fn switch(&self, flag: &str) -> bool {
         self.flag(flag) == Some(ProbeFlagValue::Bool(true))

@@ -39,7 +39,7 @@ use super::layout::{OomkillCounts, word};
 use super::loader::{self, Kind, Mode, ProbeError};
 use super::percpu::PerCpuStruct;
 use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec, sys};
-use crate::kernel::cgroup_path::{DEFAULT_SELECT, workload_ids};
+use crate::kernel::cgroup_path::workload_ids;
 use crate::kernel::error::CollectError;
 use crate::scrape::collector::Collector;
 use crate::scrape::exposition::{Desc, Encoder};
@@ -167,10 +167,7 @@ pub fn collector(
     let hierarchy = Hierarchy::from_names(by, root)?;
     let mut resolver = Resolver::new(hierarchy.root);
     resolver.refresh();
-    let select = match &settings.cgroup_select {
-        Some(r) => r.clone(),
-        None => Regex::new(DEFAULT_SELECT).map_err(|e| e.to_string())?,
-    };
+    let select = settings.cgroup_selection();
     let max = settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS);
     Ok(Box::new(OomkillCollector {
         counts: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
@@ -398,6 +395,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::cgroup_path::DEFAULT_SELECT;
 
     fn tally(max: usize) -> Tally {
         Tally::new(Regex::new(DEFAULT_SELECT).unwrap(), max)

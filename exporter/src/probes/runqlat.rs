@@ -303,7 +303,7 @@ pub fn collector(
             &names,
             hist,
             Buckets::new(settings.histogram),
-            settings.cgroup_select.clone(),
+            settings.cgroup_selection(),
         )?)
     };
     Ok(Box::new(RunqlatCollector {

@@ -13,7 +13,7 @@
 //!
 //! Labels: an id's series is its topmost ancestor-or-self that the cgroup
 //! collector's selection (`--collector.cgroup.select`, default
-//! [`DEFAULT_SELECT`]) matches, so a series
+//! [`DEFAULT_SELECT`](crate::kernel::cgroup_path::DEFAULT_SELECT)) matches, so a series
 //! here has the `cgroup` label of the cgroup collector's series for the
 //! same cgroup; ids with no selected ancestor, ids past the walk's bounds
 //! and the waits of cgroups that found the map full are summed into
@@ -33,7 +33,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use regex::Regex;
 
 pub use crate::probes::cgroup_ids::Hierarchy;
-use crate::kernel::cgroup_path::{DEFAULT_SELECT, workload_ids};
+use crate::kernel::cgroup_path::workload_ids;
 use crate::kernel::error::CollectError;
 use crate::probes::cgroup_ids::{Resolver, label_of};
 use crate::probes::layout::{LOG2_HIST_BUCKETS, RUNQLAT_SUM_WORD, RunqlatHist};
@@ -115,13 +115,13 @@ impl CgroupHist {
     /// In the daemon, before privileges are dropped: `names` is what
     /// `load` sent (the ids of [`MAP`], [`SLOT_MAP`] and [`FREE_MAP`],
     /// hierarchy kind, root); `hist` a new fd of us_rq_hist; `buckets` the
-    /// host histogram's resolution; `select` the cgroup collector's
-    /// `--collector.cgroup.select` (None: its default).
+    /// host histogram's resolution; `select` the cgroups that get series
+    /// of their own (`--collector.cgroup.select`).
     pub fn new(
         names: &[String],
         hist: OwnedFd,
         buckets: Buckets,
-        select: Option<Regex>,
+        select: Regex,
     ) -> Result<CgroupHist, String> {
         let [hists, slots, free, by, root] = names else {
             return Err(format!(
@@ -146,10 +146,7 @@ impl CgroupHist {
             zeroes,
             overflow: PerCpuStruct::from_fd(super::MAP, hist, size_of::<RunqlatHist>())?,
             resolver,
-            select: match select {
-                Some(r) => r,
-                None => Regex::new(DEFAULT_SELECT).map_err(|e| e.to_string())?,
-            },
+            select,
             entries: HashMap::new(),
             series: HashMap::new(),
             other: Series::default(),
