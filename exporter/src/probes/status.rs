@@ -112,7 +112,7 @@ impl Collector for StatsCollector {
             }
         }
         // One series per probe, not per program: what matters is that a
-        // probe lost events, and the default probes hold 9 programs.
+        // probe lost events, and the default probes hold 11 programs.
         enc.family(&RECURSION_MISSES);
         let mut i = 0;
         while let Some(first) = self.programs.get(i) {
