@@ -722,6 +722,9 @@ def ebpf():
     L.add(timeseries("BPF runs per second",
         "Program invocations per second, the event rate of each hook (needs --probe.bpf-stats). Bad: millions per second on one hook: consider turning that probe off.",
         "cps", targets((f'rate(usescope_bpf_program_runs_total{{{SEL}}}[{RI}])', "{{probe}}/{{program}}"))), 8, 8)
+    L.add(timeseries("Events lost: runs the kernel skipped",
+        "Runs of a probe's programs the kernel skipped because the same program was already running on that CPU (kernel recursion misses; always counted). Each is an event the probe did not count. Bad: anything above zero on a probe whose numbers you are reading.",
+        "cps", targets((f'sum by (probe) (rate(usescope_bpf_program_recursion_misses_total{{{SEL}}}[{RI}]))', "{{probe}}")), minimum=0), 24, 6)
     return dashboard("ebpf", "usescope / eBPF",
                      "What /proc cannot show: run-queue latency, page-cache hits and misses, packet drops by reason, and the probes' own status and cost.", L)
 
@@ -766,9 +769,10 @@ def workload():
         "percentunit", targets((cg_top(f"usescope_cgroup_memory_working_set_bytes{{{SEL}}} / (usescope_cgroup_memory_limit_bytes{{{SEL}}} > 0)"), "{{cgroup}}")),
         minimum=0, thr=thresholds((0.9, "red"))), 8, 8)
     L.add(timeseries("OOM kills and memory pressure",
-        "OOM kills per cgroup in the last hour (any is bad: CgroupOOMKill), and PSI memory full (v2 only): share of time all of the cgroup's tasks stalled on memory. Bad: above 10%.",
+        "OOM kills per cgroup in the last hour (any is bad: CgroupOOMKill), from the cgroup's own counter and, with --probe.oomkill, from the kernel's choice of victim, which keeps a cgroup's kills after the cgroup is gone (a restarted container); and PSI memory full (v2 only): share of time all of the cgroup's tasks stalled on memory. Bad: above 10%.",
         "short", targets(
             (cg_top(f"increase(usescope_cgroup_memory_oom_kills_total{{{SEL}}}[1h]) > 0"), "OOM kills {{cgroup}}"),
+            (cg_top(f"increase(usescope_cgroup_oom_kills_total{{{SEL}}}[1h]) > 0"), "OOM victims (probe) {{cgroup}}"),
             (cg_top(cg_rate("pressure_memory_stalled_seconds_total")), "stalled {{cgroup}}")), minimum=0), 8, 8)
 
     L.row("I/O: which cgroups read and write")

@@ -75,7 +75,7 @@ ALLOWED_EMPTY = [
      "usescope_cgroup_io_reads_total"),
     (r"usescope_cgroup_pressure_", "PSI per cgroup needs cgroup v2 (or a hybrid host's unified hierarchy)",
      "usescope_cgroup_pressure_cpu_waiting_seconds_total"),
-    (r"usescope_cgroup_memory_oom_kills_total\{[^}]*\}\[1h\]\) > 0", "lists cgroups with OOM kills only", None),
+    (r"usescope_cgroup_(memory_)?oom_kills_total\{[^}]*\}\[1h\]\) > 0", "lists cgroups with OOM kills only", None),
 ]
 
 # A cgroup the default --collector.cgroup.select selects (a .service), with a
