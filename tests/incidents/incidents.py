@@ -317,12 +317,59 @@ def cpu_iowait_ticks(cpu):
 @contextlib.contextmanager
 def throttled_loop(iops):
     """A --direct-io=on loop device whose writes reach the backing disk
-    through a blkio cgroup throttled to `iops` writes per second."""
+    through a blkio cgroup throttled to `iops` writes per second. The
+    cgroup is a .service, so the cgroup collector's default selection
+    names it. The loop device gets a rule too, one that never holds a
+    write back: v1 blkio counts a device's I/O only once the device has a
+    rule (docs/collectors/cgroup.md), and DiskSaturated's top_cgroups
+    query ranks cgroups on the saturated device, the loop device."""
     with r.loop_device(256, direct_io=True) as device:
         disk = r.backing_disk("/var/tmp")
-        name = f"usescope-incident-{id(device)}"
-        with r.cgroup(r.BLKIO, name, {"blkio.throttle.write_iops_device": f"{disk} {iops}"}) as group:
+        rdev = os.stat(device).st_rdev
+        name = f"usescope-incident-io-{os.getpid()}.service"
+        with r.cgroup(r.BLKIO, name, {"blkio.throttle.write_iops_device": f"{disk} {iops}",
+                                      "blkio.throttle.read_iops_device":
+                                          f"{os.major(rdev)}:{os.minor(rdev)} 1000000"}) as group:
             yield device, group
+
+
+def kernel_cgroup_ios(group):
+    """Reads plus writes blkio has counted for `group` over all devices
+    (blkio.throttle.io_serviced_recursive, as the cgroup collector reads)."""
+    total = 0
+    for line in (group / "blkio.throttle.io_serviced_recursive").read_text().splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] in ("Read", "Write"):
+            total += int(f[2])
+    return total
+
+
+def top_cgroup_named(stack, report, incident, alertname, since, labels, group, started_ios):
+    """Runs the page's own top_cgroups query, as on-call would: the cgroup
+    doing the I/O must come first. Its operations in usescope must match
+    blkio's file, read just before and after, within what the writer does
+    in one scrape interval and a second. Quiet if nothing paged (the
+    missing page is reported by expect_page)."""
+    notes = stack.notifications(alertname, since, "firing", **labels)
+    if not notes:
+        return
+    annotation = notes[0][2].get("annotations", {}).get("top_cgroups", "")
+    _, _, query = annotation.partition(": ")
+    ranked = sorted(stack.vector(query), key=lambda s: -s[1])
+    expected = "/" + group.name
+    shown = [(s.get("cgroup"), round(v, 1)) for s, v in ranked[:3]]
+    report.check(f"{incident}: the {alertname} page's top_cgroups query ranks the writer's cgroup first "
+                 f"(expected {expected}, got {shown})", bool(ranked) and ranked[0][0].get("cgroup") == expected,
+                 f"annotation: {annotation!r}")
+    before = kernel_cgroup_ios(group)
+    scraped = stack.value(f'sum(usescope_cgroup_io_reads_total{{instance="{stack.host}", cgroup="{expected}"}}) + '
+                          f'sum(usescope_cgroup_io_writes_total{{instance="{stack.host}", cgroup="{expected}"}})')
+    after = kernel_cgroup_ios(group)
+    rate = (after - started_ios) / max(1e-3, now() - since)
+    slack = rate * (scaling.PRODUCTION_INTERVAL_S / scaling.FACTOR + 1)
+    report.check(f"{incident}: usescope's I/O count for {expected} ({scraped}) matches blkio's "
+                 f"io_serviced_recursive ({before}..{after}) within {slack:.0f} operations",
+                 scraped is not None and before - slack <= scraped <= after)
 
 
 def disk_and_iowait(stack, dev):
@@ -357,6 +404,7 @@ def iowait_saturated(stack, report):
         dev = Path(device).name
         started = now()
         ticks, disk = cpu_iowait_ticks(1), disk_ticks(dev)
+        started_ios = kernel_cgroup_ios(group)
         with load("direct-writer", device, "0", cpu=1, group=group):
             waits = [threading.Thread(target=expect_page, args=(stack, report, incident, "DiskSaturated", started,
                                                                {"instance": stack.host, "device": dev}))]
@@ -374,6 +422,10 @@ def iowait_saturated(stack, report):
                 t.start()
             for t in waits:
                 t.join()
+            top_cgroup_named(stack, report, incident, "DiskSaturated", started, {"instance": stack.host, "device": dev},
+                             group, started_ios)
+            top_cgroup_named(stack, report, incident, "HighIOWait", started, {"instance": stack.host, "cpu": "1"},
+                             group, started_ios)
             elapsed = now() - started
             kernel_iowait = (cpu_iowait_ticks(1) - ticks) / 100 / elapsed
             kernel_util, kernel_queue = ((b - a) / elapsed for a, b in zip(disk, disk_ticks(dev)))
@@ -429,7 +481,7 @@ def self_throttled_loop(iops):
     only with what the throttle lets through, stays nearly idle."""
     with r.loop_device(64, direct_io=True) as device:
         rdev = os.stat(device).st_rdev
-        name = f"usescope-incident-fsync-{id(device)}"
+        name = f"usescope-incident-fsync-{os.getpid()}.service"
         limit = f"{os.major(rdev)}:{os.minor(rdev)} {iops}"
         with r.cgroup(r.BLKIO, name, {"blkio.throttle.write_iops_device": limit}) as group:
             yield device, group
@@ -468,7 +520,7 @@ def fsync_storm(stack, report):
 
         incident = f"fsync storm: synchronous writes back to back through a {FSYNC_IOPS} writes/s throttle"
         started, ticks = now(), cpu_iowait_ticks(1)
-        disk = disk_ticks(dev)
+        disk, started_ios = disk_ticks(dev), kernel_cgroup_ios(group)
         with load("direct-writer", device, "0", cpu=1, group=group):
             def cpu_was_taken():
                 booked = (cpu_iowait_ticks(1) - ticks) / 100 / (now() - started)
@@ -479,6 +531,8 @@ def fsync_storm(stack, report):
 
             expect_page(stack, report, incident, "HighIOWaitWithoutDiskSaturation", started, cpu1, severity="ticket",
                         excuse=cpu_was_taken)
+            top_cgroup_named(stack, report, incident, "HighIOWaitWithoutDiskSaturation", started, cpu1, group,
+                             started_ios)
             elapsed = now() - started
             kernel_iowait = (cpu_iowait_ticks(1) - ticks) / 100 / elapsed
             kernel_util = (disk_ticks(dev)[0] - disk[0]) / elapsed

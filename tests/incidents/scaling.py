@@ -2,7 +2,8 @@
 faster, so that an incident that pages after 15 minutes in production pages
 after 45 seconds here.
 
-Every duration in the rule files is divided by FACTOR: `for:`, range
+Every duration in the rule files is divided by FACTOR: `for:` and
+`keep_firing_for:`, range
 selectors (`[5m]`), `offset`, and the horizon of `predict_linear` (a number
 of seconds). So is the evaluation and scrape interval (the deployment's
 15 s, deploy/prometheus/prometheus.yml) and Alertmanager's group_wait,
@@ -27,7 +28,7 @@ _DURATION = r"(?:\d+(?:ms|[smhd]))+"
 _PARTS = re.compile(r"(\d+)(ms|[smhd])")
 _RANGE = re.compile(r"\[(" + _DURATION + r")\]")
 _OFFSET = re.compile(r"\boffset (" + _DURATION + r")\b")
-_FOR = re.compile(r"^(\s*for:\s*)(" + _DURATION + r")(\s*)$", re.M)
+_FOR = re.compile(r"^(\s*(?:keep_firing_)?for:\s*)(" + _DURATION + r")(\s*)$", re.M)
 # predict_linear(v[6h], 4*60*60): the second argument is seconds ahead.
 _HORIZON = re.compile(r"(predict_linear\([^\n]*\],\s*)([\d*]+)\)")
 _AM_TIMING = re.compile(r"^(\s*(?:group_wait|group_interval|repeat_interval|resolve_timeout):\s*)(" + _DURATION + r")(\s*)$", re.M)

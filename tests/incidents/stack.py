@@ -105,6 +105,13 @@ class Stack:
             return None
         return float(result[0]["value"][1])
 
+    def vector(self, expr):
+        """An instant query's samples as (labels, value) pairs, [] on error."""
+        status, result = h.query(self.prometheus, expr)
+        if status != "success":
+            return []
+        return [(s["metric"], float(s["value"][1])) for s in result]
+
     def notifications(self, alertname, since, status, **labels):
         return [
             (t, path, a) for t, path, note_status, a in self.receiver.alerts()
