@@ -5,7 +5,7 @@
 //! collector is fuzzed without an edit here.
 //!
 //! Shared by the libFuzzer binaries in `fuzz_targets/` and by
-//! `exporter/tests/parsers_fuzz_smoke.rs` (which includes this file with
+//! `exporter/tests/integration/parsers_fuzz_smoke.rs` (which includes this file with
 //! `#[path]`), so both exercise exactly the same calls. One binary,
 //! `parser`, serves every text target: `USESCOPE_FUZZ_TARGET` picks it
 //! (`list` prints them). The BTF reader takes bytes and has its own binary.

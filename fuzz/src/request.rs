@@ -11,7 +11,7 @@
 //! user, bcrypt cost 4), so the `Authorization` parser is fuzzed too.
 //!
 //! Included (`#[path]`) by `fuzz_targets/request.rs` and
-//! `exporter/tests/hostile_requests.rs` (which includes this file with
+//! `exporter/tests/integration/hostile_requests.rs` (which includes this file with
 //! `#[path]` and runs the seeds in `fuzz/corpus/request/`).
 
 use std::sync::OnceLock;

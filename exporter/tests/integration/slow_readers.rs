@@ -7,21 +7,19 @@
 //! left, because the request's permit was released before its body was
 //! written and freed pages stayed in glibc's heap.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
-use common::Daemon;
+use crate::common::Daemon;
 
 const MAX_REQUESTS: usize = 10;
 const INTERFACES: usize = 8000;
 
 /// The fixture procfs with `INTERFACES` interfaces in net/dev.
 fn tree_with_many_interfaces() -> tempfile::TempDir {
-    let tree = common::copy_tree(&common::fixture("proc"));
+    let tree = crate::common::copy_tree(&crate::common::fixture("proc"));
     let mut dev = String::from(
         "Inter-|   Receive                                                |  Transmit\n \
          face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n",

@@ -16,15 +16,13 @@
 //! skip through common/skip.rs, and fail in CI (`USESCOPE_REQUIRE_BPF=1`
 //! or `CI=true`), where a missing oracle is a failure.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use common::node_exporter::{
+use crate::common::node_exporter::{
     Family, Pair, assert_none, differences_within, families, parse, run_both,
 };
-use common::{Daemon, fixture};
+use crate::common::{Daemon, fixture};
 
 /// How far apart node_exporter's and usescope's reads of a family may be:
 /// on a fixture tree only the clock moves; on the live host the clock
@@ -98,7 +96,7 @@ const ALL_SYSTEM: [&str; 6] = [
 
 #[test]
 fn captured_fixture_tree() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let r = roots(&fixture("proc"), &fixture("sys"), &fixture("rootfs"));
@@ -129,7 +127,7 @@ fn captured_fixture_tree() {
 
 #[test]
 fn two_socket_host_with_cpu_info() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let tree = fixture("two-socket");
@@ -173,7 +171,7 @@ fn two_socket_host_with_cpu_info() {
 
 #[test]
 fn os_release_with_quotes_and_escapes() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let rootfs = tempfile::tempdir().unwrap();
@@ -199,7 +197,7 @@ fn os_release_with_quotes_and_escapes() {
 
 #[test]
 fn live_host() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let r = roots(Path::new("/proc"), Path::new("/sys"), Path::new("/"));
@@ -237,7 +235,7 @@ fn live_host() {
 
 #[test]
 fn node_exporter_build_info_has_node_exporters_labels() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let r = roots(&fixture("proc"), &fixture("sys"), &fixture("rootfs"));

@@ -18,7 +18,7 @@
 
 // `selected` and `TARGET_VAR` serve the libFuzzer binary only.
 #[allow(dead_code)]
-#[path = "../../fuzz/src/lib.rs"]
+#[path = "../../../fuzz/src/lib.rs"]
 mod targets;
 
 use std::fs;

@@ -10,14 +10,14 @@
 //! Without node_exporter the tests skip through common/skip.rs, and fail
 //! in CI (`USESCOPE_REQUIRE_BPF=1` or `CI=true`: every test must run).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::node_exporter::{self, Family, Pair, assert_same, families, scrape_both, success};
-use common::{Daemon, copy_tree, fixture};
+use crate::common::node_exporter::{
+    self, Family, Pair, assert_same, families, scrape_both, success,
+};
+use crate::common::{Daemon, copy_tree, fixture};
 
 /// [`assert_same`] for the families `keep` selects, whatever the success.
 fn assert_same_families(
@@ -42,7 +42,7 @@ impl Tree {
         Tree(copy_tree(&fixture(name)))
     }
     fn empty() -> Tree {
-        Tree(common::temp_dir())
+        Tree(crate::common::temp_dir())
     }
     fn write(&self, rel: &str, text: &str) {
         let p = self.path().join(rel);
@@ -53,7 +53,7 @@ impl Tree {
 
 #[test]
 fn netclass() {
-    let Some(bin) = common::node_exporter() else {
+    let Some(bin) = crate::common::node_exporter() else {
         return;
     };
     let pair = scrape_both(
@@ -97,7 +97,7 @@ fn netclass() {
 /// compares the live host: usescope reads /sys/class/net/*/statistics.
 #[test]
 fn netdev_nohandler_on_the_live_host() {
-    let Some(bin) = common::node_exporter() else {
+    let Some(bin) = crate::common::node_exporter() else {
         return;
     };
     let pair = scrape_both(
@@ -131,7 +131,7 @@ fn netdev_nohandler_on_the_live_host() {
 
 #[test]
 fn arp() {
-    let Some(bin) = common::node_exporter() else {
+    let Some(bin) = crate::common::node_exporter() else {
         return;
     };
     // known difference: node_exporter 1.12 counts over netlink by default,
@@ -185,7 +185,7 @@ fn arp() {
 
 #[test]
 fn udp_queues() {
-    let Some(bin) = common::node_exporter() else {
+    let Some(bin) = crate::common::node_exporter() else {
         return;
     };
     let pair = scrape_both(
@@ -217,7 +217,7 @@ fn udp_queues() {
 
 #[test]
 fn bonding() {
-    let Some(bin) = common::node_exporter() else {
+    let Some(bin) = crate::common::node_exporter() else {
         return;
     };
     // bond0: one slave up, one down; bond1: its only slave "going back".
@@ -276,7 +276,7 @@ fn bonding() {
 /// linear) with the sysfs md attributes of the fixture.
 #[test]
 fn mdadm() {
-    let Some(bin) = common::node_exporter() else {
+    let Some(bin) = crate::common::node_exporter() else {
         return;
     };
     // md9's resync is DELAYED, so its md/sync_completed reads "delayed";

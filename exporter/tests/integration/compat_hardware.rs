@@ -5,18 +5,16 @@
 //! are listed here, each with its reason, and asserted exactly: a new
 //! difference fails, and so does one that went away.
 //!
-//! Needs node_exporter 1.12.1 (`common::node_exporter`; scripts/setup.sh
+//! Needs node_exporter 1.12.1 (`crate::common::node_exporter`; scripts/setup.sh
 //! installs it). Without it the tests skip through common/skip.rs, or
 //! fail in CI (`USESCOPE_REQUIRE_BPF=1` or `CI=true`).
-
-mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use common::node_exporter::{Pair, differences, families, run_both, samples};
-use common::{Daemon, fixture};
+use crate::common::node_exporter::{Pair, differences, families, run_both, samples};
+use crate::common::{Daemon, fixture};
 
 /// Both exporters with `--collector.disable-defaults` and `args`.
 fn both(ne_bin: &Path, args: &[String]) -> Pair {
@@ -29,7 +27,7 @@ fn set(lines: &[&str]) -> BTreeSet<String> {
 
 #[test]
 fn sysfs_collectors_match_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let args = vec![
@@ -57,7 +55,7 @@ fn sysfs_collectors_match_node_exporter() {
 
 #[test]
 fn hwmon_filters_match_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let args = vec![
@@ -74,19 +72,19 @@ fn hwmon_filters_match_node_exporter() {
 
 #[test]
 fn disk_udev_info_matches_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
-    let proc_dir = common::copy_tree(&fixture("proc"));
+    let proc_dir = crate::common::copy_tree(&fixture("proc"));
     let proc = proc_dir.path();
     std::fs::write(
         proc.join("diskstats"),
         "   8       0 sda 1 2 3 4 5 6 7 8 9 10 11\n 252       1 dm-1 1 2 3 4 5 6 7 8 9 10 11\n 254       0 vda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17\n",
     )
     .unwrap();
-    let sys_dir = common::temp_dir();
+    let sys_dir = crate::common::temp_dir();
     let sys_root = sys_dir.path();
-    common::copy_dir(&fixture("sys/block"), &sys_root.join("block"));
+    crate::common::copy_dir(&fixture("sys/block"), &sys_root.join("block"));
     std::fs::create_dir_all(sys_root.join("block/sda/queue")).unwrap();
     std::fs::write(sys_root.join("block/sda/queue/rotational"), "1\n").unwrap();
     let args = vec![
@@ -131,7 +129,7 @@ fn textfile_args(dir: &str) -> Vec<String> {
 
 #[test]
 fn textfile_good_files_match_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let pair = both(&ne, &textfile_args("good"));
@@ -143,7 +141,7 @@ fn textfile_good_files_match_node_exporter() {
 
 #[test]
 fn textfile_bad_files_differences_are_the_listed_ones() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let pair = both(&ne, &textfile_args("bad"));
@@ -170,7 +168,7 @@ fn textfile_bad_files_differences_are_the_listed_ones() {
 
 #[test]
 fn textfile_conflict_differences_are_the_listed_ones() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let pair = both(&ne, &textfile_args("conflict"));
@@ -200,7 +198,7 @@ fn textfile_conflict_differences_are_the_listed_ones() {
 
 #[test]
 fn cpufreq_and_power_supply_match_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let args = vec![
@@ -234,7 +232,7 @@ fn cpufreq_and_power_supply_match_node_exporter() {
 /// cpufreq's out. Either way: one family, written once.
 #[test]
 fn cpu_frequency_family_is_written_once() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let args = [
@@ -287,7 +285,7 @@ fn sysfs_collector_differences(
 
 #[test]
 fn dmi_matches_node_exporter() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let (pair, d) = sysfs_collector_differences(&ne, "dmi", &[]);
@@ -307,12 +305,12 @@ fn dmi_matches_node_exporter() {
 #[test]
 fn dmi_leaves_out_root_only_strings_when_not_root() {
     use std::os::unix::fs::PermissionsExt;
-    if !common::skip::unless_root("to run usescope as another user") {
+    if !crate::common::skip::unless_root("to run usescope as another user") {
         return;
     }
-    let tmp = common::temp_dir();
+    let tmp = crate::common::temp_dir();
     let root = tmp.path().join("root");
-    common::copy_dir(&fixture("sys/class/dmi"), &root.join("class/dmi"));
+    crate::common::copy_dir(&fixture("sys/class/dmi"), &root.join("class/dmi"));
     let id = root.join("class/dmi/id");
     for dir in [&root, &root.join("class"), &root.join("class/dmi"), &id] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -329,7 +327,7 @@ fn dmi_leaves_out_root_only_strings_when_not_root() {
     }
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(common::bin());
+        .arg(crate::common::bin());
     let sysfs = format!("--path.sysfs={}", root.display());
     let d = Daemon::try_start_with(
         cmd,
@@ -361,7 +359,7 @@ fn dmi_leaves_out_root_only_strings_when_not_root() {
         "{series}"
     );
     assert_eq!(
-        common::sample(&expo, "node_scrape_collector_success{collector=\"dmi\"}"),
+        crate::common::sample(&expo, "node_scrape_collector_success{collector=\"dmi\"}"),
         Some(1.0)
     );
     assert!(d.stop().success());
@@ -472,7 +470,7 @@ const CASES: &[Case] = &[
 
 #[test]
 fn sysfs_collectors_match_node_exporter_one_by_one() {
-    let Some(ne) = common::node_exporter() else {
+    let Some(ne) = crate::common::node_exporter() else {
         return;
     };
     let mut failures = Vec::new();

@@ -5,13 +5,11 @@
 //! and on the landing page; the daemon keeps answering, keeps its memory
 //! and stops cleanly.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, copy_tree, fixture, http_get, sample};
+use crate::common::{Daemon, copy_tree, fixture, http_get, sample};
 use tempfile::TempDir;
 
 /// A scrape slower than this is a hang: a real one takes milliseconds.

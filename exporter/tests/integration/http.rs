@@ -1,11 +1,9 @@
 //! The HTTP surface of the real binary: formats, compression, routes,
 //! status codes, and bad command lines.
 
-mod common;
-
 use std::io::Read;
 
-use common::{Daemon, fixture, http_request};
+use crate::common::{Daemon, fixture, http_request};
 
 fn fixture_daemon() -> Daemon {
     let proc = fixture("proc");
@@ -114,7 +112,7 @@ fn sigterm_exits_zero() {
 
 #[test]
 fn bad_flag_exits_nonzero_with_one_line() {
-    let out = std::process::Command::new(common::bin())
+    let out = std::process::Command::new(crate::common::bin())
         .arg("--web.bogus")
         .output()
         .unwrap();
@@ -128,7 +126,7 @@ fn bad_flag_exits_nonzero_with_one_line() {
 fn unusable_listen_address_exits_nonzero_with_one_line() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let out = std::process::Command::new(common::bin())
+    let out = std::process::Command::new(crate::common::bin())
         .arg(format!("--web.listen-address={addr}"))
         .output()
         .unwrap();

@@ -2,19 +2,17 @@
 //! `prometheus`) on a live scrape of this machine's real /proc, in both
 //! exposition formats' text form.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::Daemon;
+use crate::common::Daemon;
 
 fn promtool_available() -> bool {
     let runs = Command::new("promtool")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    common::skip::unless_met(
+    crate::common::skip::unless_met(
         runs,
         "promtool (Debian package prometheus; scripts/setup.sh installs it)",
     )
@@ -43,7 +41,7 @@ fn promtool_check_metrics_on_hardware_and_textfile_fixtures() {
     if !promtool_available() {
         return;
     }
-    let f = common::fixture;
+    let f = crate::common::fixture;
     let d = Daemon::start(&[
         &format!("--path.sysfs={}", f("sys").display()),
         &format!("--path.udev.data={}", f("udev").display()),

@@ -5,8 +5,6 @@
 //! for user names. 127.0.0.2 and up play the attackers, 127.0.0.1 the
 //! scraper (a client socket may bind any 127/8 address before connecting).
 
-mod common;
-
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::process::Command;
@@ -14,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::common::{Daemon, fixture};
 use base64::Engine;
-use common::{Daemon, fixture};
 
 const SCRAPER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const ATTACKER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -38,7 +36,7 @@ struct WebFile {
 
 impl WebFile {
     fn users(users: &[(&str, &str)]) -> WebFile {
-        let dir = common::temp_dir();
+        let dir = crate::common::temp_dir();
         let mut yaml = String::from("basic_auth_users:\n");
         for (user, hash) in users {
             yaml.push_str(&format!("  {user}: '{hash}'\n"));
@@ -470,7 +468,7 @@ fn running_out_of_file_descriptors_does_not_break_scrapes() {
     // cannot go above it); three peers then try to hold 180 connections.
     let mut cmd = Command::new("sh");
     cmd.args(["-c", "ulimit -n 128 && exec \"$@\"", "sh"])
-        .arg(common::bin());
+        .arg(crate::common::bin());
     let d = Daemon::try_start_with(
         cmd,
         &[

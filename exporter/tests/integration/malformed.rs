@@ -18,12 +18,10 @@
 //! Deleting a file models a kernel without the feature: success stays 1
 //! and the collector's series disappear, then come back.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use common::{Daemon, copy_dir, fixture};
+use crate::common::{Daemon, copy_dir, fixture};
 use usescope::collectors::{ALL, Root};
 
 /// A file a collector reads: root, path under it, owner, whether its
@@ -227,7 +225,7 @@ fn logged_since(d: &Daemon, skip: usize, matches: impl Fn(&str) -> bool) -> bool
 }
 
 fn success(expo: &str, collector: &str) -> Option<f64> {
-    common::sample(
+    crate::common::sample(
         expo,
         &format!("node_scrape_collector_success{{collector=\"{collector}\"}}"),
     )
@@ -270,7 +268,7 @@ fn path_of(tree: &Path, f: &File) -> PathBuf {
 /// it a copy of the sysfs tree (see [`sys_of`]); both removed when the
 /// returned guard drops.
 fn tree_with_every_source() -> (tempfile::TempDir, PathBuf) {
-    let dir = common::temp_dir();
+    let dir = crate::common::temp_dir();
     let tree = dir.path().join("proc");
     copy_dir(&fixture("proc"), &tree);
     copy_dir(&fixture("sys"), &sys_of(&tree));
@@ -311,7 +309,7 @@ fn start(tree: &Path, extra: &[&str]) -> Daemon {
         format!("--path.procfs={}", tree.display()),
         format!("--path.sysfs={}", sys_of(tree).display()),
         // The same filesystem output on every scrape (see ABSENT_ROOTFS).
-        format!("--path.rootfs={}", common::ABSENT_ROOTFS),
+        format!("--path.rootfs={}", crate::common::ABSENT_ROOTFS),
     ];
     args.extend(NO_PROBES.iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));
@@ -496,7 +494,7 @@ fn absent_file_is_not_a_failure_and_comes_back() {
     let (_dir, tree) = tree_with_every_source();
     let d = start(&tree, &[]);
     let before = d.scrape();
-    assert!(common::sample(&before, "node_nf_conntrack_entries_limit").is_some());
+    assert!(crate::common::sample(&before, "node_nf_conntrack_entries_limit").is_some());
     let moved = tree.join("conntrack-away");
     std::fs::create_dir_all(&moved).unwrap();
     let ct = tree.join("sys/net/netfilter");
@@ -517,5 +515,5 @@ fn absent_file_is_not_a_failure_and_comes_back() {
     std::fs::rename(moved.join("nf_conntrack"), &stat).unwrap();
     let back = d.scrape();
     assert_eq!(success(&back, "conntrack"), Some(1.0));
-    assert!(common::sample(&back, "node_nf_conntrack_entries_limit").is_some());
+    assert!(crate::common::sample(&back, "node_nf_conntrack_entries_limit").is_some());
 }

@@ -4,8 +4,6 @@
 //! own: each way an upgrade or an administrator changes the file must show
 //! at the next scrape.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
@@ -21,7 +19,7 @@ fn write(path: &Path, id: &str) {
 
 #[test]
 fn every_kind_of_change_to_os_release_shows_at_the_next_scrape() {
-    let root = common::temp_dir();
+    let root = crate::common::temp_dir();
     let etc = root.path().join("etc");
     let usr_lib = root.path().join("usr/lib");
     std::fs::create_dir_all(&etc).unwrap();
@@ -29,7 +27,7 @@ fn every_kind_of_change_to_os_release_shows_at_the_next_scrape() {
     // As on Debian: /etc/os-release → ../usr/lib/os-release.
     write(&usr_lib.join("os-release"), "one");
     symlink("../usr/lib/os-release", etc.join("os-release")).unwrap();
-    let d = common::Daemon::start(&[
+    let d = crate::common::Daemon::start(&[
         "--collector.disable-defaults",
         "--collector.os",
         &format!("--path.rootfs={}", root.path().display()),

@@ -5,8 +5,7 @@
 //! `collect[]` / `exclude[]` filters, and a huge page whose memory must be
 //! given back once it is gone.
 
-mod common;
-#[path = "../../fuzz/src/request.rs"]
+#[path = "../../../fuzz/src/request.rs"]
 mod request_target;
 
 use std::collections::BTreeSet;
@@ -14,8 +13,8 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::node_exporter::{NodeExporter, find as find_node_exporter};
-use common::{Daemon, fixture, http_get};
+use crate::common::node_exporter::{NodeExporter, find as find_node_exporter};
+use crate::common::{Daemon, fixture, http_get};
 
 const SCRAPER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const ATTACKER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -199,7 +198,7 @@ fn connect_from(src: Ipv4Addr, dst: SocketAddr) -> TcpStream {
 
 /// A textfile directory whose one file makes the page about `mb` MB.
 fn large_textfile(mb: usize) -> tempfile::TempDir {
-    let dir = common::temp_dir();
+    let dir = crate::common::temp_dir();
     let mut text = String::from("# HELP big_series Padding.\n# TYPE big_series gauge\n");
     let line_len = "big_series{padding=\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\",i=\"0000000\"} 1\n".len();
     for i in 0..mb * 1_000_000 / line_len {

@@ -3,15 +3,13 @@
 //! under USESCOPE_REQUIRE_BPF=1 or CI=true. Run on this test binary's own
 //! ignored test, in a child process, so the environment is the child's.
 
-mod common;
-
 use std::process::{Command, Output};
 
 /// Not run on its own: `skip_is_recorded_outside_ci_and_fails_in_ci` runs it.
 #[test]
 #[ignore = "run in a child process by skip_is_recorded_outside_ci_and_fails_in_ci"]
 fn a_missing_requirement() {
-    if !common::skip::unless_met(false, "something this machine lacks") {
+    if !crate::common::skip::unless_met(false, "something this machine lacks") {
         return;
     }
     panic!("unless_met(false) returned true");
@@ -19,7 +17,7 @@ fn a_missing_requirement() {
 
 fn run_child(log: &std::path::Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--ignored", "--exact", "a_missing_requirement"])
+    cmd.args(["--ignored", "--exact", "skip_helper::a_missing_requirement"])
         .env_remove("USESCOPE_REQUIRE_BPF")
         .env_remove("CI")
         .env("USESCOPE_SKIP_LOG", log);
@@ -39,7 +37,7 @@ fn skip_is_recorded_outside_ci_and_fails_in_ci() {
     let lines = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
         lines,
-        "USESCOPE-SKIPPED test=skip_helper::a_missing_requirement needs=something this machine lacks\n"
+        "USESCOPE-SKIPPED test=integration::skip_helper::a_missing_requirement needs=something this machine lacks\n"
     );
 
     for env in [("USESCOPE_REQUIRE_BPF", "1"), ("CI", "true")] {

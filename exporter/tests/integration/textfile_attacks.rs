@@ -5,15 +5,13 @@
 //! another user planted for a daemon running as root, and the memory a
 //! large file leaves behind once it is gone.
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, sample};
+use crate::common::{Daemon, sample};
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0";
 
@@ -76,7 +74,7 @@ fn one_name_per_series(series: usize) -> String {
 
 #[test]
 fn label_names_of_their_own_cost_neither_time_nor_memory() {
-    let dir = common::temp_dir();
+    let dir = crate::common::temp_dir();
     let attack = one_name_per_series(2000);
     assert!(attack.len() < 30_000, "{}", attack.len());
     write(dir.path(), "attack.prom", &attack);
@@ -174,13 +172,13 @@ fn families_that_would_write_one_name_are_refused_in_every_format() {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !common::skip::unless_met(
+    if !crate::common::skip::unless_met(
         runs,
         "promtool (Debian package prometheus; scripts/setup.sh installs it)",
     ) {
         return;
     }
-    let dir = common::temp_dir();
+    let dir = crate::common::temp_dir();
     let p = dir.path();
     // In OpenMetrics a counter jobs_total is the family `jobs`.
     write(
@@ -339,11 +337,11 @@ const SECRET: &str = "root:$6$s3cr3tSalt$Zm9vYmFyYmF6cXV4cXV1eA:19000:0:99999:7:
 
 #[test]
 fn as_root_a_planted_link_or_another_users_file_is_refused() {
-    if !common::skip::unless_root("to run the daemon as uid 0 and chown files") {
+    if !crate::common::skip::unless_root("to run the daemon as uid 0 and chown files") {
         return;
     }
-    let dir = common::temp_dir();
-    let elsewhere = common::temp_dir();
+    let dir = crate::common::temp_dir();
+    let elsewhere = crate::common::temp_dir();
     let p = dir.path();
     // Root-only files another user may not read, but may link to.
     let private = |name: &str, text: &str| {
@@ -399,11 +397,11 @@ fn as_root_a_planted_link_or_another_users_file_is_refused() {
 
 #[test]
 fn a_file_of_another_owner_is_never_quoted() {
-    if !common::skip::unless_root("to chown files and run the daemon as nobody") {
+    if !crate::common::skip::unless_root("to chown files and run the daemon as nobody") {
         return;
     }
-    let dir = common::temp_dir();
-    let elsewhere = common::temp_dir();
+    let dir = crate::common::temp_dir();
+    let elsewhere = crate::common::temp_dir();
     let p = dir.path();
     // A file only nobody may read, linked into a directory of root's: the
     // daemon, running as nobody, follows the link (as node_exporter does)
@@ -439,7 +437,7 @@ fn a_file_of_another_owner_is_never_quoted() {
 /// Plain scrapes: gzip's buffers are not the collector's.
 #[test]
 fn memory_goes_back_once_a_large_file_is_removed() {
-    let dir = common::temp_dir();
+    let dir = crate::common::temp_dir();
     write(dir.path(), "ok.prom", "ok_value 1\n");
     let d = daemon(dir.path(), &[]);
     let pid = d.child.id();

@@ -5,11 +5,9 @@
 //! Regenerate after an intended change with
 //! `USESCOPE_UPDATE_GOLDEN=1 cargo test --test golden` and review the diff.
 
-mod common;
-
 use std::path::Path;
 
-use common::{Daemon, fixture};
+use crate::common::{Daemon, fixture};
 
 /// Lines whose values depend on the running process, not on the fixture.
 /// Probe families are excluded: probes are off here, and their own tests
@@ -132,7 +130,7 @@ fn large_host_every_collector_succeeds() {
     let expo = scrape_fixture(&fixture("large"), &refs);
     for spec in usescope::collectors::ALL {
         assert_eq!(
-            common::sample(
+            crate::common::sample(
                 &expo,
                 &format!(
                     "node_scrape_collector_success{{collector=\"{}\"}}",

@@ -4,14 +4,12 @@
 //! Each fault may change only the affected collector's success metric, and
 //! the collector recovers on the first scrape after the fault is undone.
 
-mod common;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, copy_tree, fixture, http_get, sample};
+use crate::common::{Daemon, copy_tree, fixture, http_get, sample};
 
 fn success(expo: &str, c: &str) -> Option<f64> {
     sample(
@@ -110,8 +108,9 @@ fn faults_while_scraping() {
     let tree = tree.path();
     // Without root the permission fault below is skipped (a failure in CI);
     // the other faults run either way.
-    let root =
-        common::skip::unless_root("to run the daemon as another user, for the permission fault");
+    let root = crate::common::skip::unless_root(
+        "to run the daemon as another user, for the permission fault",
+    );
     // As root, run the daemon as nobody so file permissions apply to it.
     let mut args = vec![
         format!("--path.procfs={}", tree.display()),

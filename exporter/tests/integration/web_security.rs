@@ -6,15 +6,13 @@
 //! and oversized headers. Floods, slowloris and resource exhaustion are in
 //! web_attacks.rs.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, fixture};
+use crate::common::{Daemon, fixture};
 
 struct Certs {
     /// Removed when the certificates drop.
@@ -24,7 +22,7 @@ struct Certs {
 
 impl Certs {
     fn new() -> Certs {
-        let temp = common::temp_dir();
+        let temp = crate::common::temp_dir();
         let dir = temp.path().to_path_buf();
         let run = |args: &[&str]| {
             let out = Command::new("openssl")
@@ -259,7 +257,7 @@ fn bad_config_files_stop_startup_with_one_line() {
     ];
     for (yaml, needle) in cases {
         let cfg = c.write_config(yaml);
-        let out = Command::new(common::bin())
+        let out = Command::new(crate::common::bin())
             .args([
                 "--web.listen-address=127.0.0.1:0",
                 &format!("--web.config.file={}", cfg.display()),
@@ -278,7 +276,7 @@ fn bad_config_files_stop_startup_with_one_line() {
             "the bad hash leaked into the error"
         );
     }
-    let out = Command::new(common::bin())
+    let out = Command::new(crate::common::bin())
         .args([
             "--web.listen-address=127.0.0.1:0",
             "--web.config.file=/nonexistent/web.yml",
@@ -298,7 +296,7 @@ fn oversized_headers_get_431() {
         "--no-probe.drops",
     ]);
     let big = "x".repeat(64 * 1024);
-    let r = common::http_get(d.addr, "/metrics", &[("X-Big", &big)]);
+    let r = crate::common::http_get(d.addr, "/metrics", &[("X-Big", &big)]);
     assert_eq!(r.status, 431);
     assert_eq!(d.get("/metrics").status, 200);
 }
@@ -520,7 +518,7 @@ fn failed_logins_are_logged_with_the_peer_at_most_once_a_second() {
 
 #[test]
 fn landing_page_shows_collector_errors_only_behind_auth() {
-    let tree_dir = common::copy_tree(&fixture("proc"));
+    let tree_dir = crate::common::copy_tree(&fixture("proc"));
     let tree = tree_dir.path();
     std::fs::write(tree.join("loadavg"), "not a loadavg\n").unwrap();
     let procfs = format!("--path.procfs={}", tree.display());
