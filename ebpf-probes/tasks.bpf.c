@@ -59,7 +59,7 @@ int BPF_PROG(us_tasks_exec, struct task_struct *p, pid_t old_pid, struct linux_b
 {
 	u32 zero = 0;
 	struct tasks_counts *c = bpf_map_lookup_elem(&us_tasks, &zero);
-	u64 id, one = 1, *n;
+	u64 id;
 
 	if (!c)
 		return 0;
@@ -73,18 +73,7 @@ int BPF_PROG(us_tasks_exec, struct task_struct *p, pid_t old_pid, struct linux_b
 		c->no_cgroup++;
 		return 0;
 	}
-	n = bpf_map_lookup_elem(&us_tasks_cg, &id);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-		return 0;
-	}
-	if (!bpf_map_update_elem(&us_tasks_cg, &id, &one, BPF_NOEXIST))
-		return 0;
-	/* Full, or another CPU added the id first. */
-	n = bpf_map_lookup_elem(&us_tasks_cg, &id);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
+	if (!cgroup_count_add(&us_tasks_cg, id))
 		c->map_full++;
 	return 0;
 }
