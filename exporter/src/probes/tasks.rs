@@ -57,7 +57,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     flags: &[
         ProbeFlag {
             name: PER_CGROUP,
-            help: "Also count execs by the task's cpu cgroup (usescope_cgroup_process_execs_total), labelled and selected as the cgroup collector does; a removed cgroup's series goes and its execs move to cgroup=\"other\"",
+            help: "Also count execs by the task's cpu cgroup (usescope_cgroup_process_execs_total), labelled and selected as the cgroup collector does; a removed cgroup's series goes and its execs move to cgroup=\"other\"; about 0.25 µs more per exec",
             kind: ProbeFlagKind::Bool,
             default: None,
             value_name: None,
