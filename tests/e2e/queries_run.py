@@ -201,8 +201,7 @@ def main():
         # The opt-in probes too, so that their panels and rules are proven.
         usescope = h.start_usescope(
             ["--collector.interrupts", "--collector.cgroup", "--collector.tcpsockets", "--probe.biolatency", "--probe.softirq",
-             "--probe.reclaim", "--probe.tcpretrans", "--probe.tcpconnect", "--probe.runqlat.per-cgroup",
-             "--probe.tasks", "--probe.tasks.per-cgroup"],
+             "--probe.reclaim", "--probe.tcpretrans", "--probe.tcpconnect", "--probe.runqlat.per-cgroup"],
             logdir)
         prom = h.start_prometheus(usescope.port, h.RULE_FILES, logdir)
         job, instance = "usescope", f"127.0.0.1:{usescope.port}"
