@@ -789,11 +789,14 @@ def workload():
     L.row("Pids: which cgroups run the most tasks")
     L.add(timeseries("Top cgroups by tasks",
         "Tasks (processes and threads) per cgroup, pids.current. Bad: growing without bound (a fork or thread leak).",
-        "short", targets((cg_top(f"usescope_cgroup_pids{{{SEL}}}"), "{{cgroup}}")), minimum=0), 12, 8)
+        "short", targets((cg_top(f"usescope_cgroup_pids{{{SEL}}}"), "{{cgroup}}")), minimum=0), 8, 8)
     L.add(timeseries("Top cgroups by tasks / pids limit",
         "pids.current over pids.max (only cgroups with a limit). Bad: near 100%: fork() and thread creation fail with EAGAIN.",
         "percentunit", targets((cg_top(f"usescope_cgroup_pids{{{SEL}}} / (usescope_cgroup_pids_limit{{{SEL}}} > 0)"), "{{cgroup}}")),
-        minimum=0, thr=thresholds((0.9, "red"))), 12, 8)
+        minimum=0, thr=thresholds((0.9, "red"))), 8, 8)
+    L.add(timeseries("Process starts by cgroup",
+        "Programs started (execs) per second per cpu cgroup (needs --probe.tasks --probe.tasks.per-cgroup): which workload spawns short-lived processes, whose CPU top never shows. Bad: a cgroup far above its usual rate (a shell loop, a crash-looping helper). When a cgroup is removed its series ends and its execs move to \"other\", which then jumps for one window (see usescope_cgroup_process_execs_folded_total{reason=\"gone\"}).",
+        "cps", targets((cg_top(cg_rate("process_execs_total")), "{{cgroup}}")), minimum=0), 8, 8)
 
     L.row("One cgroup: $cgroup")
     L.add(timeseries("CPU of $cgroup",

@@ -31,4 +31,24 @@ static __always_inline u64 task_cgroup_id_in(struct task_struct *t, bool v1,
 	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
 }
 
+/* Adds one to `id`'s count in a hash cgroup id -> u64 (oomkill's kills,
+ * tasks' execs): an atomic add on an existing entry, a BPF_NOEXIST insert
+ * for a new one. False when the hash is full: the caller counts that in
+ * its map_full counter. */
+static __always_inline bool cgroup_count_add(void *map, u64 id)
+{
+	u64 one = 1, *n = bpf_map_lookup_elem(map, &id);
+
+	if (!n) {
+		if (!bpf_map_update_elem(map, &id, &one, BPF_NOEXIST))
+			return true;
+		/* Full, or another CPU added the id first. */
+		n = bpf_map_lookup_elem(map, &id);
+		if (!n)
+			return false;
+	}
+	__sync_fetch_and_add(n, 1);
+	return true;
+}
+
 #endif

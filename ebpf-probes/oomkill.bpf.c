@@ -49,7 +49,7 @@ const volatile u32 cgroup_by = CGROUP_BY_V1;
 static __always_inline void count_kill(struct task_struct *t, const bool direct)
 {
 	struct oomkill_counts *c;
-	u64 id, one = 1, *n;
+	u64 id;
 	u32 zero = 0;
 
 	c = bpf_map_lookup_elem(&us_oom, &zero);
@@ -64,18 +64,8 @@ static __always_inline void count_kill(struct task_struct *t, const bool direct)
 		c->no_cgroup++;
 		return;
 	}
-	n = bpf_map_lookup_elem(&us_oom_cg, &id);
-	if (!n) {
-		if (!bpf_map_update_elem(&us_oom_cg, &id, &one, BPF_NOEXIST))
-			return;
-		/* Full, or another CPU added the id first. */
-		n = bpf_map_lookup_elem(&us_oom_cg, &id);
-		if (!n) {
-			c->map_full++;
-			return;
-		}
-	}
-	__sync_fetch_and_add(n, 1);
+	if (!cgroup_count_add(&us_oom_cg, id))
+		c->map_full++;
 }
 
 SEC("tp_btf/mark_victim")

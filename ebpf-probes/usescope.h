@@ -121,6 +121,10 @@ struct exits_counts {
  */
 struct tasks_counts {
 	__u64 execs;
+	/* --probe.tasks.per-cgroup: execs whose cgroup found us_tasks_cg full,
+	 * and whose cgroup id read 0 */
+	__u64 map_full;
+	__u64 no_cgroup;
 };
 
 /*

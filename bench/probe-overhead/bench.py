@@ -54,10 +54,15 @@ WORKLOADS = [
     # lands on the workload only partly, so the in-program figure is the
     # reliable one (as for biolatency).
     ("exits: 20k processes forked, exiting at once, reaped", "exits", ["fork", "20000"]),
+    # The exec program with and without its per-cgroup hash (the workload's
+    # cgroup gets an entry like any other).
+    ("tasks: 2 000 execs of /bin/true", "tasks", ["exec", "2000"]),
+    ("tasks, --probe.tasks.per-cgroup: 2 000 execs of /bin/true", "tasks", ["exec", "2000"],
+     ["--probe.tasks.per-cgroup"]),
 ]
-PROBES = ["runqlat", "cachestat", "drops", "biolatency", "softirq", "reclaim", "exits"]
+PROBES = ["runqlat", "cachestat", "drops", "biolatency", "softirq", "reclaim", "exits", "tasks"]
 # Probes that are off unless asked for.
-OPT_IN = {"biolatency", "softirq", "reclaim", "exits"}
+OPT_IN = {"biolatency", "softirq", "reclaim", "exits", "tasks"}
 
 
 def start(usescope, probe, extra=()):

@@ -45,6 +45,7 @@ unsafe extern "C" {
     fn fork() -> i32;
     fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
     fn _exit(status: i32) -> !;
+    fn execv(path: *const u8, argv: *const *const u8) -> i32;
     fn pipe(fds: *mut i32) -> i32;
     fn posix_fadvise(fd: i32, offset: i64, len: i64, advice: i32) -> i32;
     fn mmap(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut u8;
@@ -231,6 +232,31 @@ fn forks(n: u64) -> u128 {
     rusage_ns(RUSAGE_SELF) + rusage_ns(RUSAGE_CHILDREN) - start
 }
 
+/// N programs started: fork, exec /bin/true, reaped (the tasks probe's
+/// sched_process_exec fires once each).
+fn execs(n: u64) -> u128 {
+    let path = c"/bin/true".as_ptr().cast::<u8>();
+    let argv = [path, std::ptr::null()];
+    let start = rusage_ns(RUSAGE_SELF) + rusage_ns(RUSAGE_CHILDREN);
+    for _ in 0..n {
+        // SAFETY: the child only calls execv and _exit.
+        let pid = unsafe { fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: a NUL-terminated path and a null-terminated argv.
+            unsafe {
+                execv(path, argv.as_ptr());
+                _exit(127)
+            };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(status, 0, "/bin/true failed");
+    }
+    rusage_ns(RUSAGE_SELF) + rusage_ns(RUSAGE_CHILDREN) - start
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
@@ -243,6 +269,7 @@ fn main() {
         "mmap" => mapped(arg(2), num(3)),
         "direct" => direct(arg(2), num(3)),
         "fork" => forks(num(2)),
+        "exec" => execs(num(2)),
         other => {
             eprintln!("unknown workload {other:?}");
             std::process::exit(2);

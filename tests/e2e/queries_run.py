@@ -56,6 +56,8 @@ ALLOWED_EMPTY = [
     (r"usescope_tcp_connect_no_local_port", "tcpconnect probe not attached", 'usescope_probe_up{probe="tcpconnect"} == 1'),
     (r"usescope_process_execs|usescope_zombie_processes|zombie_processes:count",
      "tasks probe not attached (off by default, --probe.tasks)", 'usescope_probe_up{probe="tasks"} == 1'),
+    (r"usescope_cgroup_process_execs", "execs per cgroup need --probe.tasks --probe.tasks.per-cgroup",
+     "usescope_cgroup_process_execs_folded_total"),
     (r"usescope_exited_tasks", "exits probe not attached (off by default, --probe.exits)",
      'usescope_probe_up{probe="exits"} == 1'),
     (r"receive_bytes_per_packet", "no interface received a packet in the window (the ratio keeps only devices that did)",

@@ -31,6 +31,7 @@
 //! warning naming the cause and reports `usescope_probe_up{probe} 0`.
 
 pub mod btf;
+pub mod cgroup_counts;
 pub mod cgroup_ids;
 pub mod fd_passing;
 pub mod layout;

@@ -20,6 +20,16 @@
 //! (BENCHMARKS.md), over the 100 ns per-event target though well under
 //! 0.1 % of an exec, and the walk costs each scrape about 0.3 µs per task
 //! on the host. tp_btf only (iterators need BTF and Linux 5.8).
+//!
+//! `--probe.tasks.per-cgroup` adds `usescope_cgroup_process_execs_total`,
+//! the execs by the task's cgroup in the cpu controller's hierarchy (where
+//! the CPU short-lived processes burn is accounted), labelled as the
+//! cgroup collector labels its series, through [`cgroup_counts`] (shared
+//! with oomkill). Unlike oomkill's, a series goes with the last cgroup
+//! summed into it and its count moves to `cgroup="other"`
+//! ([`OnGone::FoldIntoOther`]): execs are frequent and containers short
+//! lived, so keeping every series ever seen would grow without bound,
+//! while the sum over cgroups stays the host total and never goes down.
 
 use std::io::Read;
 use std::mem::offset_of;
@@ -27,10 +37,12 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use aya::programs::Iter;
 
+use super::cgroup_counts::{self, CgroupCounts, OnGone};
+use super::cgroup_ids::Hierarchy;
 use super::layout::{TasksCounts, word};
 use super::loader::{self, Kind, Mode, ProbeError, describe};
 use super::percpu::PerCpuStruct;
-use super::{Kernel, Loaded, ProbeSettings, ProbeSpec, sys};
+use super::{Kernel, Loaded, ProbeFlag, ProbeFlagKind, ProbeSettings, ProbeSpec, sys};
 use crate::kernel::error::CollectError;
 use crate::scrape::collector::Collector;
 use crate::scrape::exposition::{Desc, Encoder};
@@ -42,8 +54,23 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     collector: "probe_tasks",
     modes: MODES,
     map: MAP,
-    flags: &[],
-    metrics: &[&EXECS, &ZOMBIES],
+    flags: &[
+        ProbeFlag {
+            name: PER_CGROUP,
+            help: "Also count execs by the task's cpu cgroup (usescope_cgroup_process_execs_total), labelled and selected as the cgroup collector does; a removed cgroup's series goes and its execs move to cgroup=\"other\"; about 0.25 µs more per exec",
+            kind: ProbeFlagKind::Bool,
+            default: None,
+            value_name: None,
+        },
+        ProbeFlag {
+            name: MAX_CGROUPS,
+            help: "Most cgroups the per-cgroup exec map holds at once, and most cgroup label sets written (--probe.tasks.per-cgroup); execs past either are counted in cgroup=\"other\" and usescope_cgroup_process_execs_folded_total",
+            kind: ProbeFlagKind::U32 { min: 1 },
+            default: Some("1024"),
+            value_name: None,
+        },
+    ],
+    metrics: &[&EXECS, &ZOMBIES, &CGROUP_EXECS, &FOLDED],
     load,
     build: collector,
 };
@@ -51,6 +78,20 @@ pub const SPEC: ProbeSpec = ProbeSpec {
 const EXECS: Desc = Desc::counter(
     "usescope_process_execs_total",
     "Successful execs (execve, execveat): programs started.",
+);
+/// `--probe.tasks.per-cgroup`: execs by cgroup too.
+pub const PER_CGROUP: &str = "probe.tasks.per-cgroup";
+/// `--probe.tasks.max-cgroups`: entries of the per-cgroup map.
+pub const MAX_CGROUPS: &str = "probe.tasks.max-cgroups";
+const DEFAULT_MAX_CGROUPS: u32 = 1024;
+
+const CGROUP_EXECS: Desc = Desc::counter(
+    "usescope_cgroup_process_execs_total",
+    "Successful execs by the task's cpu cgroup (--probe.tasks.per-cgroup); cgroup=\"other\": unselected cgroups, removed ones, and the execs usescope_cgroup_process_execs_folded_total counts.",
+);
+const FOLDED: Desc = Desc::counter(
+    "usescope_cgroup_process_execs_folded_total",
+    "Execs counted in cgroup=\"other\" although their cgroup may be selected: gone (the series of removed cgroups), map_full (the kernel's map held --probe.tasks.max-cgroups cgroups), series_limit (as many label sets written), unresolved (the cgroup had gone before a scrape named it), no_cgroup (the task's cgroup was unreadable).",
 );
 const ZOMBIES: Desc = Desc::gauge(
     "usescope_zombie_processes",
@@ -65,16 +106,36 @@ pub const MODES: &[Mode] = &[Mode {
 
 /// The per-CPU array the collector reads, and its value.
 pub const MAP: &str = "us_tasks";
+/// The hash cgroup id -> execs.
+pub const CGROUP_MAP: &str = "us_tasks_cg";
 const ITER_PROGRAM: &str = "us_tasks_zombies";
 const VALUE_SIZE: usize = size_of::<TasksCounts>();
 const EXECS_WORD: usize = word(offset_of!(TasksCounts, execs));
+const MAP_FULL_WORD: usize = word(offset_of!(TasksCounts, map_full));
+const NO_CGROUP_WORD: usize = word(offset_of!(TasksCounts, no_cgroup));
 
 /// In the probe loader process: load and attach the exec program, then
 /// the iterator. Its link travels with the others (the daemon keeps it
 /// open); its id travels as the one name, for the collector to open its
-/// own fd of it.
-pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
-    let mut loaded = loader::load_and_attach("tasks", &kernel.btf, MODES, |_| {})?;
+/// own fd of it. With `--probe.tasks.per-cgroup` the per-cgroup map's
+/// id and the cpu hierarchy follow it.
+pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
+    // Without the flag cgroup_by stays CGROUP_BY_NONE and the verifier
+    // drops the per-cgroup code.
+    let hierarchy = if settings.switch(PER_CGROUP) {
+        Some(Hierarchy::find("cpu").map_err(ProbeError)?)
+    } else {
+        None
+    };
+    let by = hierarchy.as_ref().map_or(0u32, |h| h.by);
+    let max = match hierarchy {
+        Some(_) => settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS),
+        None => 1,
+    };
+    let mut loaded = loader::load_and_attach("tasks", &kernel.btf, MODES, |l| {
+        l.override_global("cgroup_by", &by, true);
+        l.map_max_entries(CGROUP_MAP, max);
+    })?;
     let what = format!("{ITER_PROGRAM} (iter/task)");
     let prog: &mut Iter = loaded
         .ebpf
@@ -90,6 +151,11 @@ pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeE
     let id = sys::link_id(link.as_fd()).map_err(|e| describe(&what, &e))?;
     loaded.links.push(link);
     loaded.names = vec![id.to_string()];
+    if let Some(h) = &hierarchy {
+        loaded
+            .names
+            .extend(cgroup_counts::loader_names(&loaded, CGROUP_MAP, h)?);
+    }
     Ok(loaded)
 }
 
@@ -98,15 +164,30 @@ pub fn load(kernel: &Kernel, _settings: &ProbeSettings) -> Result<Loaded, ProbeE
 pub fn collector(
     map: OwnedFd,
     names: Vec<String>,
-    _settings: &ProbeSettings,
+    settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
     let id: u32 = names
         .first()
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| format!("the probe loader sent no iterator link id ({names:?})"))?;
     let link = sys::link_fd_by_id(id).map_err(|e| format!("iterator link {id}: {e}"))?;
+    let cgroups = match &names[1..] {
+        [] => None,
+        cg => {
+            let max = settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS);
+            Some(CgroupCounts::open(
+                cg,
+                CGROUP_MAP,
+                settings.cgroup_selection(),
+                max as usize,
+                OnGone::FoldIntoOther,
+                (&CGROUP_EXECS, &FOLDED),
+            )?)
+        }
+    };
     Ok(Box::new(TasksCollector {
         counts: PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?,
+        cgroups,
         link,
         walk: Vec::new(),
     }))
@@ -114,6 +195,8 @@ pub fn collector(
 
 struct TasksCollector {
     counts: PerCpuStruct,
+    /// `--probe.tasks.per-cgroup`: execs by cgroup, from [`CGROUP_MAP`].
+    cgroups: Option<CgroupCounts>,
     link: OwnedFd,
     /// What the last walk wrote (one byte per zombie), kept for the next.
     walk: Vec<u8>,
@@ -135,9 +218,13 @@ impl TasksCollector {
 
 impl Collector for TasksCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        self.counts
-            .read()
-            .map_err(|e| CollectError::other("bpf map us_tasks", e.to_string()))?;
+        let err = |e: std::io::Error| CollectError::other("bpf map us_tasks", e.to_string());
+        // The host count first: the per-cgroup counts, read after, may
+        // hold the execs of that moment too, never fewer.
+        self.counts.read().map_err(err)?;
+        if let Some(c) = &mut self.cgroups {
+            c.read().map_err(err)?;
+        }
         let zombies = self.zombies().map_err(|e| {
             CollectError::other("bpf task iterator us_tasks_zombies", e.to_string())
         })?;
@@ -145,6 +232,18 @@ impl Collector for TasksCollector {
         enc.sample(&EXECS, &[], self.counts.sum(EXECS_WORD));
         enc.family(&ZOMBIES);
         enc.sample(&ZOMBIES, &[], zombies as u64);
+        match &self.cgroups {
+            Some(c) => c.write(
+                enc,
+                self.counts.sum(MAP_FULL_WORD),
+                self.counts.sum(NO_CGROUP_WORD),
+            ),
+            // Declared families are always written (tests/probes.rs).
+            None => {
+                enc.family(&CGROUP_EXECS);
+                enc.family(&FOLDED);
+            }
+        }
         Ok(())
     }
 }
