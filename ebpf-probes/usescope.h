@@ -60,6 +60,22 @@ struct biolat_hist {
 };
 
 /*
+ * --probe.biolatency.per-cgroup: one per-CPU hash entry per cgroup id (the
+ * blkcg the request's I/O is charged to), a histogram per op group, and a
+ * two-entry per-CPU array of the same for what is folded into
+ * cgroup="other": requests of cgroups that found the hash full, and those
+ * with no cgroup (no bio, as flush requests, or no blkg).
+ */
+#define BIOLAT_FOLD_MAP_FULL 0
+#define BIOLAT_FOLD_NO_CGROUP 1
+#define BIOLAT_FOLDS 2
+
+struct biolat_cg_hist {
+	__u64 slots[BIOLAT_OPS][LOG2_HIST_BUCKETS + 1];
+	__u64 sum_ns[BIOLAT_OPS];
+};
+
+/*
  * softirq: per CPU, per vector (HI, TIMER, ... RCU: the rows of
  * /proc/softirqs). Everything is per-CPU: a softirq is raised for, and
  * runs on, the CPU that raised it, and does not nest on one CPU.

@@ -45,6 +45,8 @@ WORKLOADS = [
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
     ("cachestat: warm 64 MiB mapped and read 20 times", "cachestat", ["mmap", "{file}", "20"]),
     ("biolatency: 20k O_DIRECT 4 KiB reads", "biolatency", ["direct", "{file}", "20000"]),
+    ("biolatency, --probe.biolatency.per-cgroup: 20k O_DIRECT 4 KiB reads", "biolatency",
+     ["direct", "{file}", "20000"], ["--probe.biolatency.per-cgroup"]),
     ("softirq: UDP to a closed port (200k datagrams, one NET_RX each)", "softirq", ["udp", "200000"]),
     # In a memory cgroup limited to 16 MiB (the 5th field): every 64 pages
     # or so the read reclaims the cgroup's page cache, one memcg reclaim each.

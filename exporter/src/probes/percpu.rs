@@ -284,6 +284,12 @@ impl PerCpuHash {
         Ok(())
     }
 
+    /// The map's fd, to delete entries (biolatency's per-cgroup view
+    /// deletes those of cgroups that have gone).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.map.fd().as_fd()
+    }
+
     /// Each key of the last read with its per-CPU values (one chunk of
     /// u64 words per possible CPU).
     pub fn entries(&self) -> impl Iterator<Item = (u64, std::slice::ChunksExact<'_, u64>)> {
