@@ -326,7 +326,7 @@ def throttled_loop(iops):
     with r.loop_device(256, direct_io=True) as device:
         disk = r.backing_disk("/var/tmp")
         rdev = os.stat(device).st_rdev
-        name = f"usescope-incident-io-{os.getpid()}.service"
+        name = f"usescope-incident-io-{os.getpid()}-{Path(device).name}.service"
         with r.cgroup(r.BLKIO, name, {"blkio.throttle.write_iops_device": f"{disk} {iops}",
                                       "blkio.throttle.read_iops_device":
                                           f"{os.major(rdev)}:{os.minor(rdev)} 1000000"}) as group:
@@ -481,7 +481,7 @@ def self_throttled_loop(iops):
     only with what the throttle lets through, stays nearly idle."""
     with r.loop_device(64, direct_io=True) as device:
         rdev = os.stat(device).st_rdev
-        name = f"usescope-incident-fsync-{os.getpid()}.service"
+        name = f"usescope-incident-fsync-{os.getpid()}-{Path(device).name}.service"
         limit = f"{os.major(rdev)}:{os.minor(rdev)} {iops}"
         with r.cgroup(r.BLKIO, name, {"blkio.throttle.write_iops_device": limit}) as group:
             yield device, group
