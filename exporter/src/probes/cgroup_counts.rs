@@ -132,7 +132,7 @@ impl CgroupCounts {
         // `open`).
         while let Some(id) = unsafe { sys::next_key(fd, prev.as_ref()) }? {
             prev = Some(id);
-            if let Some(n) = unsafe { sys::lookup_u64_u64(fd, id) }? {
+            if let Some(n) = unsafe { sys::lookup_u64::<u64>(fd, id) }? {
                 self.seen.push((id, n));
             }
         }

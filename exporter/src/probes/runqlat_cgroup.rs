@@ -183,7 +183,7 @@ impl CgroupHist {
         {
             prev = Some(id);
             if let Some(slot) =
-                unsafe { sys::lookup_u64_u32(self.slots.as_fd(), id) }.map_err(err)?
+                unsafe { sys::lookup_u64::<u32>(self.slots.as_fd(), id) }.map_err(err)?
             {
                 cur.push((id, slot));
             }

@@ -306,43 +306,26 @@ pub unsafe fn delete_u64_key(map: BorrowedFd<'_>, key: u64) -> io::Result<bool> 
     }
 }
 
-/// The u32 value of `key` in a hash map with u64 keys and u32 values;
-/// None if the key is not there.
+/// The value of `key` in a hash map with u64 keys and plain-integer values
+/// (`V` = u32 or u64); None if the key is not there.
 ///
 /// # Safety
-/// The map's key size must be 8 bytes and its value size 4.
-pub unsafe fn lookup_u64_u32(map: BorrowedFd<'_>, key: u64) -> io::Result<Option<u32>> {
-    let mut value = 0u32;
+/// The map's key size must be 8 bytes and its value size that of `V`, a
+/// type every bit pattern of which is valid.
+pub unsafe fn lookup_u64<V: Copy + Default>(
+    map: BorrowedFd<'_>,
+    key: u64,
+) -> io::Result<Option<V>> {
+    let mut value = V::default();
     let attr = LookupAttr {
         map_fd: map.as_raw_fd() as u32,
         _pad: 0,
         key: &key as *const u64 as u64,
-        value: &mut value as *mut u32 as u64,
+        value: &mut value as *mut V as u64,
         flags: 0,
     };
-    // SAFETY: the map-element attr; 8-byte key, 4-byte value.
-    match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) } {
-        Ok(_) => Ok(Some(value)),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// The u64 value of `key` in a hash map with u64 keys and u64 values;
-/// None if the key is not there.
-///
-/// # Safety
-/// The map's key size and value size must be 8 bytes.
-pub unsafe fn lookup_u64_u64(map: BorrowedFd<'_>, key: u64) -> io::Result<Option<u64>> {
-    let mut value = 0u64;
-    let attr = LookupAttr {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: &key as *const u64 as u64,
-        value: &mut value as *mut u64 as u64,
-        flags: 0,
-    };
-    // SAFETY: the map-element attr; 8-byte key, 8-byte value.
+    // SAFETY: the map-element attr; an 8-byte key and a value of V's size
+    // (the caller's promise).
     match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) } {
         Ok(_) => Ok(Some(value)),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
