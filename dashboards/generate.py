@@ -785,6 +785,10 @@ def workload():
     L.add(timeseries("Top cgroups by I/O pressure",
         "PSI io some: share of time some task of the cgroup waited for I/O (cgroup v2 only). Bad: sustained above 10-20%.",
         "percentunit", targets((cg_top(cg_rate("pressure_io_waiting_seconds_total")), "{{cgroup}}")), minimum=0), 8, 8)
+    L.add(timeseries("Top cgroups by block I/O latency (p99)",
+        "p99 time from issue to completion of the block I/O charged to each cgroup, per op (needs --probe.biolatency --probe.biolatency.per-cgroup; cgroups doing at least one I/O a second). Bad: tens of ms on SSD, hundreds on spinning disks, or one cgroup far above the others on the same disk (it is throttled, or its I/O pattern is).",
+        "s", targets((cg_top(f"instance_cgroup_op:usescope_cgroup_block_io_latency_seconds:p99_rate5m{{{SEL}}}"), "{{cgroup}} {{op}}")),
+        minimum=0), 8, 8)
 
     L.row("Pids: which cgroups run the most tasks")
     L.add(timeseries("Top cgroups by tasks",

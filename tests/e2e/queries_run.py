@@ -6,8 +6,9 @@ real Prometheus scraping usescope on this machine's /proc.
   template variables substituted ($job, $instance, $__rate_interval,
   $__interval, $__range, $cgroup), and the dashboards' variable queries.
   usescope runs with --collector.cgroup, and a busy .service cgroup of the
-  test's own, with a CPU quota and memory and pids limits, gives the
-  per-cgroup panels and rules data (cgroup v1 blkio I/O stays empty).
+  test's own, with a CPU quota and memory and pids limits, and synchronous
+  writes charged to it, gives the per-cgroup panels and rules data (cgroup
+  v1 blkio's own I/O counts stay empty: they need a throttle rule).
 - Every recording and alerting rule (alerts/usescope-*.yml), as Prometheus
   itself loaded them (/api/v1/rules), plus each rule's evaluation health.
 
@@ -56,6 +57,8 @@ ALLOWED_EMPTY = [
     (r"usescope_tcp_connect_no_local_port", "tcpconnect probe not attached", 'usescope_probe_up{probe="tcpconnect"} == 1'),
     (r"usescope_process_execs|usescope_zombie_processes|zombie_processes:count",
      "tasks probe not attached (off by default, --probe.tasks)", 'usescope_probe_up{probe="tasks"} == 1'),
+    (r"usescope_cgroup_block_io_latency", "no selected cgroup did an I/O a second (the recorded p99 leaves those out)",
+     'rate(usescope_cgroup_block_io_latency_seconds_count{cgroup!="other"}[5m]) >= 1'),
     (r"usescope_cgroup_process_execs", "execs per cgroup need --probe.tasks --probe.tasks.per-cgroup",
      "usescope_cgroup_process_execs_folded_total"),
     (r"usescope_exited_tasks", "exits probe not attached (off by default, --probe.exits)",
@@ -95,14 +98,21 @@ E2E_CGROUP_SETTINGS = {
     "cpuacct": {},
     "memory": {"memory.limit_in_bytes": 256 << 20},
     "pids": {"pids.max": 64},
+    # The I/O loop below is charged here, for the per-cgroup block I/O
+    # latency rule and panel (--probe.biolatency.per-cgroup).
+    "blkio": {},
     "unified": {},
 }
+# Synchronous 4 KiB writes, over and over to the first MiB of one file on
+# the build directory's disk (not tmpfs), from inside the cgroup.
+IO_LOOP = ("while :; do dd if=/dev/zero of={} bs=4k count=256 oflag=direct,dsync conv=notrunc "
+           "status=none || sleep 1; done")
 
 
 @contextlib.contextmanager
 def busy_cgroup():
     made = []
-    busy = None
+    busy = writer = None
     try:
         for hierarchy, settings in E2E_CGROUP_SETTINGS.items():
             if not (CGROUP_ROOT / hierarchy / "cgroup.procs").exists():
@@ -118,11 +128,14 @@ def busy_cgroup():
                 (path / "cgroup.procs").write_text(str(os.getpid()))
 
         busy = subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=join)
+        writer = subprocess.Popen(["sh", "-c", IO_LOOP.format(IO_LOOP_FILE)], preexec_fn=join)
         yield "/" + E2E_CGROUP
     finally:
-        if busy:
-            busy.kill()
-            busy.wait()
+        for proc in (busy, writer):
+            if proc:
+                proc.kill()
+                proc.wait()
+        IO_LOOP_FILE.unlink(missing_ok=True)
         for path in made:
             with contextlib.suppress(OSError):
                 path.rmdir()
@@ -174,6 +187,7 @@ def allowance(name, expr, prom):
 # Written and fsynced during the warm-up so that biolatency sees block I/O:
 # the build directory is on a disk, where /tmp may be tmpfs.
 SYNCED_FILE = h.REPO / "target" / "e2e-queries-run.fsync"
+IO_LOOP_FILE = h.REPO / "target" / "e2e-queries-run.cgroup-io"
 
 
 def make_activity():
