@@ -37,7 +37,7 @@ mod common;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::bpf_objects::probe_up;
+use common::bpf_objects::{probe_up, raw_tp_scraper};
 use common::{Daemon, can_run_bpf, sample, skip, sum_of};
 
 const ARGS: &[&str] = &[
@@ -328,11 +328,7 @@ fn exited_cpu_time_matches_rusage_children() {
 /// as the tp_btf one does.
 #[test]
 fn the_raw_tp_fallback_counts_too() {
-    use std::os::fd::AsFd;
-
-    use aya::maps::Map;
     use usescope::probes::{Kernel, ProbeSettings, exits, loader};
-    use usescope::scrape::exposition::{Encoder, Format};
 
     if !can_run_bpf() {
         return;
@@ -340,26 +336,11 @@ fn the_raw_tp_fallback_counts_too() {
     let _g = serial();
     let loaded = Kernel::open()
         .and_then(|k| loader::load_and_attach("exits", &k.btf, &exits::MODES[1..], |_| {}));
-    let why = format!(
-        "the raw_tp exits program to load: {:?}",
-        loaded.as_ref().err()
-    );
-    if !skip::unless_met(loaded.is_ok(), &why) {
+    let settings = ProbeSettings::default();
+    let Some((_loaded, mut scrape)) =
+        raw_tp_scraper("exits", loaded, exits::MAP, exits::collector, &settings)
+    else {
         return;
-    }
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.mode.name, "raw_tp");
-    let Some(Map::PerCpuArray(map)) = loaded.ebpf.map(exits::MAP) else {
-        panic!("map {} is not a per-CPU array", exits::MAP);
-    };
-    let fd = map.fd().as_fd().try_clone_to_owned().unwrap();
-    let mut collector = exits::collector(fd, Vec::new(), &ProbeSettings::default()).unwrap();
-    let mut scrape = || {
-        let mut buf = Vec::new();
-        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
-        collector.collect(&mut enc).unwrap();
-        enc.finish();
-        String::from_utf8(buf).unwrap()
     };
     let before = scrape();
     let oracle0 = children_cpu();

@@ -22,7 +22,7 @@ mod common;
 
 use std::sync::{Mutex, MutexGuard};
 
-use common::bpf_objects::probe_up;
+use common::bpf_objects::{probe_up, raw_tp_scraper};
 use common::memcg::MemCgroup;
 use common::{Daemon, can_run_bpf, sample, sum_of};
 
@@ -198,11 +198,7 @@ fn max_cgroups_folds_further_victims_into_other() {
 /// cgroup through bpf_probe_read_kernel as the tp_btf one does in place.
 #[test]
 fn the_raw_tp_fallback_counts_by_cgroup_too() {
-    use std::os::fd::AsFd;
-
-    use aya::maps::Map;
     use usescope::probes::{Kernel, ProbeSettings, oomkill};
-    use usescope::scrape::exposition::{Encoder, Format};
 
     let _serial = serial();
     if !can_run_bpf() {
@@ -214,26 +210,14 @@ fn the_raw_tp_fallback_counts_by_cgroup_too() {
     let settings = ProbeSettings::default();
     let loaded =
         Kernel::open().and_then(|k| oomkill::load_modes(&k, &settings, &oomkill::MODES[1..]));
-    let why = format!(
-        "the raw_tp oomkill program to load: {:?}",
-        loaded.as_ref().err()
-    );
-    if !common::skip::unless_met(loaded.is_ok(), &why) {
+    let Some((_loaded, mut scrape)) = raw_tp_scraper(
+        "oomkill",
+        loaded,
+        oomkill::MAP,
+        oomkill::collector,
+        &settings,
+    ) else {
         return;
-    }
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.mode.name, "raw_tp");
-    let Some(Map::PerCpuArray(map)) = loaded.ebpf.map(oomkill::MAP) else {
-        panic!("map {} is not a per-CPU array", oomkill::MAP);
-    };
-    let fd = map.fd().as_fd().try_clone_to_owned().unwrap();
-    let mut collector = oomkill::collector(fd, loaded.names.clone(), &settings).unwrap();
-    let mut scrape = || {
-        let mut buf = Vec::new();
-        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
-        collector.collect(&mut enc).unwrap();
-        enc.finish();
-        String::from_utf8(buf).unwrap()
     };
     let before = scrape();
     let kills = oom_kill(&victim);

@@ -2,7 +2,14 @@
 //! whether a probe is up (a skip when not, a failure in CI), which
 //! programs, maps and links it holds, and that they are gone after exit.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
+
+use aya::maps::Map;
+use usescope::probes::loader::ProbeError;
+use usescope::probes::{Loaded, ProbeSettings};
+use usescope::scrape::collector::Collector;
+use usescope::scrape::exposition::{Encoder, Format};
 
 use super::{Daemon, sample, skip};
 
@@ -94,3 +101,42 @@ pub fn assert_released(progs: &[u32], maps: &[u32], links: &[u32]) {
         "(programs, maps, links) that survived shutdown"
     );
 }
+
+/// The raw_tp copy of a probe (for kernels that refuse tp_btf), loaded in
+/// this process by the test (`loaded`), and a scrape of the daemon's own
+/// collector over its per-CPU counters map `map`. None when the copy did
+/// not load: a skip outside CI, a failure in it. Keep the returned Loaded
+/// while scraping: dropping it detaches the programs.
+pub fn raw_tp_scraper(
+    probe: &str,
+    loaded: Result<Loaded, ProbeError>,
+    map: &str,
+    collector: CollectorFn,
+    settings: &ProbeSettings,
+) -> Option<(Loaded, impl FnMut() -> String)> {
+    let why = format!(
+        "the raw_tp {probe} program to load: {:?}",
+        loaded.as_ref().err()
+    );
+    if !skip::unless_met(loaded.is_ok(), &why) {
+        return None;
+    }
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.mode.name, "raw_tp");
+    let Some(Map::PerCpuArray(counters)) = loaded.ebpf.map(map) else {
+        panic!("map {map} is not a per-CPU array");
+    };
+    let fd = counters.fd().as_fd().try_clone_to_owned().unwrap();
+    let mut collector = collector(fd, loaded.names.clone(), settings).unwrap();
+    let scrape = move || {
+        let mut buf = Vec::new();
+        let mut enc = Encoder::new(&mut buf, Format::PrometheusText);
+        collector.collect(&mut enc).unwrap();
+        enc.finish();
+        String::from_utf8(buf).unwrap()
+    };
+    Some((loaded, scrape))
+}
+
+/// A probe's collector constructor, as its spec names it.
+type CollectorFn = fn(OwnedFd, Vec<String>, &ProbeSettings) -> Result<Box<dyn Collector>, String>;
