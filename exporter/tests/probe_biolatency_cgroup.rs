@@ -42,26 +42,6 @@ fn serial() -> MutexGuard<'static, ()> {
 const FAMILY: &str = "usescope_cgroup_block_io_latency_seconds";
 const HOST: &str = "usescope_block_io_latency_seconds";
 
-/// The hierarchy the probe reads: the v1 one with the blkio controller,
-/// else the cgroup2 mount (as `Hierarchy::find` in the probe).
-fn blkio_root() -> Option<(PathBuf, bool)> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut v2 = None;
-    for line in text.lines() {
-        let (left, right) = line.split_once(" - ")?;
-        let mount = left.split(' ').nth(4)?;
-        let mut r = right.split(' ');
-        let (fstype, options) = (r.next()?, r.nth(1).unwrap_or(""));
-        if fstype == "cgroup" && options.split(',').any(|o| o == "blkio") {
-            return Some((PathBuf::from(mount), true));
-        }
-        if fstype == "cgroup2" && v2.is_none() {
-            v2 = Some((PathBuf::from(mount), false));
-        }
-    }
-    v2
-}
-
 /// A loop device over a file in /dev/shm: tmpfs, so the loop driver's I/O
 /// to its backing file is no block I/O, and a cgroup's block I/O is the
 /// loop device's alone. Detached on drop.
@@ -141,7 +121,8 @@ struct BlkCgroup {
 
 impl BlkCgroup {
     fn create(tag: &str) -> BlkCgroup {
-        let (root, v1) = blkio_root().expect("no blkio cgroup hierarchy mounted");
+        let (root, v1) =
+            common::hierarchy::root_of("blkio").expect("no blkio cgroup hierarchy mounted");
         let name = format!("usescope-bio-{}-{tag}.scope", std::process::id());
         let dir = root.join(&name);
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));

@@ -33,26 +33,6 @@ fn serial() -> MutexGuard<'static, ()> {
 
 const FAMILY: &str = "usescope_cgroup_runqueue_latency_seconds";
 
-/// The hierarchy the probe reads: the v1 one with the cpu controller, else
-/// the cgroup2 mount (as `Hierarchy::find` in the probe).
-fn cpu_root() -> Option<(PathBuf, bool)> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut v2 = None;
-    for line in text.lines() {
-        let (left, right) = line.split_once(" - ")?;
-        let mount = left.split(' ').nth(4)?;
-        let mut r = right.split(' ');
-        let (fstype, options) = (r.next()?, r.nth(1).unwrap_or(""));
-        if fstype == "cgroup" && options.split(',').any(|o| o == "cpu") {
-            return Some((PathBuf::from(mount), true));
-        }
-        if fstype == "cgroup2" && v2.is_none() {
-            v2 = Some((PathBuf::from(mount), false));
-        }
-    }
-    v2
-}
-
 /// A cpu cgroup made by the test, named `*.scope` so the cgroup
 /// collector's default selection picks it; its processes are killed and
 /// the directory removed on drop, also when the test fails.
@@ -67,7 +47,8 @@ struct CpuCgroup {
 
 impl CpuCgroup {
     fn create(tag: &str) -> CpuCgroup {
-        let (root, v1) = cpu_root().expect("no cpu cgroup hierarchy mounted");
+        let (root, v1) =
+            common::hierarchy::root_of("cpu").expect("no cpu cgroup hierarchy mounted");
         let name = format!("usescope-rq-{}-{tag}.scope", std::process::id());
         let dir = root.join(&name);
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));

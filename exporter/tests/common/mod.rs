@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 pub mod bpf_objects;
 pub mod hangfs;
+pub mod hierarchy;
 pub mod host;
 pub mod loop_mount;
 pub mod memcg;
