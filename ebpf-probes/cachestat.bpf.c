@@ -43,6 +43,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "usescope.h"
+#include "cgroup_id.h"
+#include "cgroup_slot.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -51,12 +53,50 @@ const volatile u32 page_shift = 12;
 /* --probe.cachestat.pid: count only this process (0: every process). */
 const volatile u32 only_tgid = 0;
 
+/* Entry 0: the host's counts; entry 1: those of the cgroups that found
+ * us_cs_cg full (--probe.cachestat.per-cgroup), which user space adds to
+ * cgroup="other". */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, u32);
 	__type(value, struct cachestat_counts);
 } us_cs_counts SEC(".maps");
+
+/*
+ * --probe.cachestat.per-cgroup: accesses and misses also go to the
+ * reading task's memory cgroup (the v1 memory hierarchy where mounted,
+ * else cgroup2: a missed page is charged to the reader's memcg), in a
+ * per-CPU array indexed by the cgroup's slot (cgroup_slot.h). The task's
+ * (cgroup id, slot) is cached in its struct reader, so the hash is looked
+ * up only when the task changed cgroups. cgroup_by 0 compiles it out.
+ * The three maps have --probe.cachestat.max-cgroups entries.
+ */
+#define CS_OVERFLOW_KEY 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1); /* --probe.cachestat.max-cgroups */
+	__type(key, u32);
+	__type(value, struct cachestat_counts);
+} us_cs_cg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, u64);
+	__type(value, u32);
+} us_cs_cg_slot SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 1);
+	__type(value, u32);
+} us_cs_cg_free SEC(".maps");
+
+const volatile u32 cgroup_by = CGROUP_BY_NONE;
+const volatile u32 cgroup_slots = 1;
+u32 cgroup_slots_used = 0;
 
 #define NO_PAGE ((u64)-1)
 
@@ -81,6 +121,8 @@ struct reader {
 	u64 win_mapping;
 	u64 win_first;
 	u64 win_last;
+	/* --probe.cachestat.per-cgroup: the memory cgroup and its slot */
+	struct cg_slot_cache cg;
 };
 
 struct {
@@ -109,6 +151,33 @@ static __always_inline struct reader *reader(void)
 {
 	return bpf_task_storage_get(&us_cs_reader, bpf_get_current_task_btf(), 0,
 				    BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+/* The counts of the current task's memory cgroup (the overflow entry when
+ * us_cs_cg is full), or NULL with the flag off. */
+static __always_inline struct cachestat_counts *cg_counts(struct reader *r,
+							  const bool direct)
+{
+	struct task_struct *t;
+	u32 s, key = CS_OVERFLOW_KEY;
+	u64 id;
+
+	if (cgroup_by == CGROUP_BY_NONE)
+		return NULL;
+	t = bpf_get_current_task_btf();
+	id = task_cgroup_id_in(t, cgroup_by == CGROUP_BY_V1,
+			       bpf_core_enum_value(enum cgroup_subsys_id,
+						   memory_cgrp_id),
+			       direct);
+	if (r->cg.valid && r->cg.id == id)
+		return bpf_map_lookup_elem(&us_cs_cg, &r->cg.slot);
+	if (!cgroup_slot_in(&us_cs_cg_slot, &us_cs_cg_free, &cgroup_slots_used,
+			    cgroup_slots, id, &s))
+		return bpf_map_lookup_elem(&us_cs_counts, &key);
+	r->cg.id = id;
+	r->cg.slot = s;
+	r->cg.valid = 1;
+	return bpf_map_lookup_elem(&us_cs_cg, &s);
 }
 
 static __always_inline void forget_adds(struct reader *r)
@@ -221,6 +290,9 @@ static __always_inline void on_get_pages(struct address_space *mapping,
 	if (index > last_index)
 		return;
 	c->accesses += last_index - index + 1;
+	c = cg_counts(r, direct);
+	if (c)
+		c->accesses += last_index - index + 1;
 }
 
 /* page_cache_sync_ra / page_cache_async_ra: a reader needs [index, index +
@@ -300,9 +372,15 @@ static __always_inline void on_add(struct folio *folio, const bool direct)
 	c->misses += demanded;
 	if (first >= r->ra_first && first <= r->ra_last)
 		c->readahead += pages - demanded;
+	if (demanded) {
+		c = cg_counts(r, direct);
+		if (c)
+			c->misses += demanded;
+	}
 }
 
-static __always_inline void on_fault(struct address_space *mapping, u64 index)
+static __always_inline void on_fault(struct address_space *mapping, u64 index,
+				     const bool direct)
 {
 	struct cachestat_counts *c;
 	struct reader *r;
@@ -319,8 +397,12 @@ static __always_inline void on_fault(struct address_space *mapping, u64 index)
 	/* A retry of the same fault (FAULT_FLAG_TRIED), or a page of the
 	 * last window, was counted already. */
 	if (!(r->fault_mapping == (u64)mapping && r->fault_index == index) &&
-	    !in_window)
+	    !in_window) {
 		c->accesses += 1;
+		c = cg_counts(r, direct);
+		if (c)
+			c->accesses += 1;
+	}
 	r->fault_mapping = (u64)mapping;
 	r->fault_index = index;
 	/* Until readahead says otherwise, the reader needs this one page. */
@@ -346,7 +428,7 @@ static __always_inline bool may_have_large_folios(struct address_space *mapping)
 }
 
 static __always_inline void on_map_pages(struct address_space *mapping,
-					 u64 first, u64 last)
+					 u64 first, u64 last, const bool direct)
 {
 	struct cachestat_counts *c;
 	struct folio *folio;
@@ -393,6 +475,9 @@ static __always_inline void on_map_pages(struct address_space *mapping,
 	    r->fault_index <= last)
 		pages -= 1; /* the faulted page, counted by the fault */
 	c->accesses += pages;
+	c = cg_counts(r, direct);
+	if (c)
+		c->accesses += pages;
 	r->win_mapping = (u64)mapping;
 	r->win_first = first;
 	r->win_last = last;
@@ -461,7 +546,7 @@ int BPF_PROG(us_cs_add_btf, struct folio *folio)
 SEC("tp_btf/mm_filemap_fault")
 int BPF_PROG(us_cs_fault_btf, struct address_space *mapping, unsigned long index)
 {
-	on_fault(mapping, index);
+	on_fault(mapping, index, true);
 	return 0;
 }
 
@@ -469,7 +554,7 @@ SEC("tp_btf/mm_filemap_map_pages")
 int BPF_PROG(us_cs_map_btf, struct address_space *mapping, unsigned long first,
 	     unsigned long last)
 {
-	on_map_pages(mapping, first, last);
+	on_map_pages(mapping, first, last, true);
 	return 0;
 }
 
@@ -530,7 +615,7 @@ int BPF_PROG(us_cs_add_raw, struct folio *folio)
 SEC("raw_tp/mm_filemap_fault")
 int BPF_PROG(us_cs_fault_raw, struct address_space *mapping, unsigned long index)
 {
-	on_fault(mapping, index);
+	on_fault(mapping, index, false);
 	return 0;
 }
 
@@ -538,7 +623,7 @@ SEC("raw_tp/mm_filemap_map_pages")
 int BPF_PROG(us_cs_map_raw, struct address_space *mapping, unsigned long first,
 	     unsigned long last)
 {
-	on_map_pages(mapping, first, last);
+	on_map_pages(mapping, first, last, false);
 	return 0;
 }
 

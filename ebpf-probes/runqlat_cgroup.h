@@ -30,6 +30,7 @@
 #define USESCOPE_RUNQLAT_CGROUP_H
 
 #include "cgroup_id.h"
+#include "cgroup_slot.h"
 
 #define RQ_CGROUP_NONE CGROUP_BY_NONE
 #define RQ_CGROUP_V1_CPU CGROUP_BY_V1
@@ -75,47 +76,15 @@ static __always_inline u64 task_cgroup_id(struct task_struct *t, const bool dire
 }
 
 /* The slot of cgroup `id`, given one on its first wait; false when none
- * is left. */
+ * is left (cgroup_slot.h). */
 static __always_inline bool cgroup_slot(u64 id, u32 *out)
 {
-	u32 *slot = bpf_map_lookup_elem(&us_rq_cg_slot, &id);
-	u32 s;
-
-	if (slot) {
-		*out = *slot;
-		return true;
-	}
-	if (bpf_map_pop_elem(&us_rq_cg_free, &s)) {
-		/* The check first, so a full map stops the count near the
-		 * end instead of letting it wrap to slots in use. */
-		if (cgroup_slots_used >= cgroup_slots)
-			return false;
-		s = __sync_fetch_and_add(&cgroup_slots_used, 1);
-		if (s >= cgroup_slots)
-			return false;
-	}
-	if (bpf_map_update_elem(&us_rq_cg_slot, &id, &s, BPF_NOEXIST)) {
-		/* Another CPU gave this cgroup a slot first: give ours back. */
-		bpf_map_push_elem(&us_rq_cg_free, &s, 0);
-		slot = bpf_map_lookup_elem(&us_rq_cg_slot, &id);
-		if (!slot)
-			return false;
-		s = *slot;
-	}
-	*out = s;
-	return true;
+	return cgroup_slot_in(&us_rq_cg_slot, &us_rq_cg_free, &cgroup_slots_used,
+			      cgroup_slots, id, out);
 }
 
-/* A task's cgroup and slot at its last wait, kept in task storage where
- * the design has one: the hash lookup (about 60 ns, most of this feature's
- * cost) is then only made when the task changed cgroups. The slot stays
- * valid while the task is in the cgroup: user space frees only the slots
- * of cgroups that are gone. */
-struct rq_cg_cache {
-	u64 id;
-	u32 slot;
-	u32 valid;
-};
+/* Task storage where the design has one caches the task's slot. */
+#define rq_cg_cache cg_slot_cache
 
 static __always_inline void cgroup_add(struct runqlat_hist *h, u32 b, u64 wait)
 {

@@ -42,6 +42,8 @@ WORKLOADS = [
      ["pingpong", "100000"], ["--probe.runqlat.source=lru-hash"]),
     ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
+    ("cachestat, --probe.cachestat.per-cgroup: warm 4 KiB preads (500k)", "cachestat",
+     ["warm", "{file}", "500000"], ["--probe.cachestat.per-cgroup"]),
     ("cachestat: cold 64 MiB read (1 MiB reads)", "cachestat", ["cold", "{file}"]),
     ("cachestat: warm 64 MiB mapped and read 20 times", "cachestat", ["mmap", "{file}", "20"]),
     ("biolatency: 20k O_DIRECT 4 KiB reads", "biolatency", ["direct", "{file}", "20000"]),

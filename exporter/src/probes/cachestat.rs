@@ -6,6 +6,9 @@
 //! filemap, readahead and writeback tracepoints. Hit ratio = 1 -
 //! rate(misses) / rate(accesses); docs/probes.md says what it counts and
 //! what it cannot see. The kernel side's comment explains the bookkeeping.
+//!
+//! `--probe.cachestat.per-cgroup` adds accesses and misses per memory
+//! cgroup ([`cgroup`]), bounded by `--probe.cachestat.max-cgroups`.
 
 use super::layout::{
     CACHESTAT_ACCESSES_WORD, CACHESTAT_DIRTIED_WORD, CACHESTAT_MISSES_WORD,
@@ -18,6 +21,9 @@ use crate::kernel::error::CollectError;
 use crate::scrape::collector::Collector;
 use crate::scrape::exposition::{Desc, Encoder};
 
+#[path = "cachestat_cgroup.rs"]
+pub mod cgroup;
+
 pub const SPEC: ProbeSpec = ProbeSpec {
     name: "cachestat",
     help: "Page-cache accesses, misses and dirtied pages (filemap tracepoints)",
@@ -25,14 +31,38 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     collector: "probe_cachestat",
     modes: MODES,
     map: MAP,
-    flags: &[ProbeFlag {
-        name: PID,
-        help: "Count the page-cache use of this one process only (its pid as the host sees it); default: every process",
-        kind: ProbeFlagKind::U32 { min: 1 },
-        default: None,
-        value_name: Some("PID"),
-    }],
-    metrics: &[&ACCESSES, &MISSES, &READAHEAD, &DIRTIED],
+    flags: &[
+        ProbeFlag {
+            name: PID,
+            help: "Count the page-cache use of this one process only (its pid as the host sees it); default: every process",
+            kind: ProbeFlagKind::U32 { min: 1 },
+            default: None,
+            value_name: Some("PID"),
+        },
+        ProbeFlag {
+            name: PER_CGROUP,
+            help: "Also page-cache accesses and misses per memory cgroup of the reader (usescope_cgroup_page_cache_accesses_total, _misses_total), cgroups labelled and selected as the cgroup collector does",
+            kind: ProbeFlagKind::Bool,
+            default: None,
+            value_name: None,
+        },
+        ProbeFlag {
+            name: MAX_CGROUPS,
+            help: "Most cgroups the per-cgroup page-cache map holds (--probe.cachestat.per-cgroup); the counts of the cgroups past it go to cgroup=\"other\" and usescope_cgroup_page_cache_overflow_accesses_total",
+            kind: ProbeFlagKind::U32 { min: 1 },
+            default: Some("256"),
+            value_name: None,
+        },
+    ],
+    metrics: &[
+        &ACCESSES,
+        &MISSES,
+        &READAHEAD,
+        &DIRTIED,
+        &cgroup::ACCESSES,
+        &cgroup::MISSES,
+        &cgroup::OVERFLOW,
+    ],
     load,
     build: collector,
 };
@@ -40,6 +70,11 @@ pub const SPEC: ProbeSpec = ProbeSpec {
 /// `--probe.cachestat.pid`: count one process's page-cache use only
 /// (unset: every process).
 pub const PID: &str = "probe.cachestat.pid";
+/// `--probe.cachestat.per-cgroup`: accesses and misses per memory cgroup.
+pub const PER_CGROUP: &str = "probe.cachestat.per-cgroup";
+/// `--probe.cachestat.max-cgroups`: entries of the per-cgroup maps.
+pub const MAX_CGROUPS: &str = "probe.cachestat.max-cgroups";
+const DEFAULT_MAX_CGROUPS: u32 = 256;
 
 const ACCESSES: Desc = Desc::counter(
     "usescope_page_cache_accesses_total",
@@ -112,27 +147,82 @@ const VALUE_SIZE: usize = size_of::<CachestatCounts>();
 pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeError> {
     let shift = page_shift();
     let only_tgid = settings.number(PID).unwrap_or(0);
-    loader::load_and_attach("cachestat", &kernel.btf, MODES, |l| {
+    // The memory hierarchy (a missed page is charged to the reader's
+    // memcg), chosen once from what is mounted; without the flag the
+    // kernel side compiles its per-cgroup code out.
+    let hierarchy = if settings.switch(PER_CGROUP) {
+        Some(cgroup::Hierarchy::find("memory").map_err(ProbeError)?)
+    } else {
+        None
+    };
+    let cgroup_by = hierarchy.as_ref().map_or(0u32, |h| h.by);
+    let max_cgroups = match hierarchy {
+        Some(_) => settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS),
+        None => 1,
+    };
+    let mut loaded = loader::load_and_attach("cachestat", &kernel.btf, MODES, |l| {
         l.override_global("page_shift", &shift, true);
         l.override_global("only_tgid", &only_tgid, true);
+        l.override_global("cgroup_by", &cgroup_by, true);
+        l.override_global("cgroup_slots", &max_cgroups, true);
+        for map in [cgroup::MAP, cgroup::SLOT_MAP, cgroup::FREE_MAP] {
+            l.map_max_entries(map, max_cgroups);
+        }
         // aya 0.14 has no wrapper type for the per-thread task storage
         // map; without this it would refuse the object.
         l.allow_unsupported_maps();
-    })
+    })?;
+    if let Some(h) = &hierarchy {
+        loaded.names = cgroup_names(&loaded, h)?;
+    }
+    Ok(loaded)
+}
+
+/// What the daemon needs to open the per-cgroup maps: their ids (the
+/// daemon opens its own fds by id), then the hierarchy.
+fn cgroup_names(loaded: &Loaded, h: &cgroup::Hierarchy) -> Result<Vec<String>, ProbeError> {
+    use aya::maps::Map;
+    use std::os::fd::AsFd;
+    let mut names = Vec::new();
+    for name in [cgroup::MAP, cgroup::SLOT_MAP, cgroup::FREE_MAP] {
+        let map = match loaded.ebpf.map(name) {
+            Some(Map::PerCpuArray(m) | Map::HashMap(m) | Map::Queue(m)) => m,
+            _ => return Err(ProbeError(format!("map {name} missing from the object"))),
+        };
+        let id = super::sys::map_id(map.fd().as_fd())
+            .map_err(|e| ProbeError(format!("map {name}: {e}")))?;
+        names.push(id.to_string());
+    }
+    names.extend(h.to_names());
+    Ok(names)
 }
 
 /// In the daemon: the collector over the handed-over counters map.
 pub fn collector(
     map: std::os::fd::OwnedFd,
-    _names: Vec<String>,
-    _settings: &ProbeSettings,
+    names: Vec<String>,
+    settings: &ProbeSettings,
 ) -> Result<Box<dyn Collector>, String> {
+    let cgroups = if names.is_empty() {
+        None
+    } else {
+        let host = map
+            .try_clone()
+            .map_err(|e| format!("duplicating the fd of {MAP}: {e}"))?;
+        Some(cgroup::CgroupCounts::new(
+            &names,
+            host,
+            settings.cgroup_selection(),
+        )?)
+    };
     let counts = PerCpuStruct::from_fd(MAP, map, VALUE_SIZE)?;
-    Ok(Box::new(CachestatCollector { counts }))
+    Ok(Box::new(CachestatCollector { counts, cgroups }))
 }
 
 struct CachestatCollector {
     counts: PerCpuStruct,
+    /// `--probe.cachestat.per-cgroup`.
+    cgroups: Option<cgroup::CgroupCounts>,
 }
 
 impl Collector for CachestatCollector {
@@ -148,6 +238,9 @@ impl Collector for CachestatCollector {
         ] {
             enc.family(desc);
             enc.sample(desc, &[], self.counts.sum(word));
+        }
+        if let Some(c) = &mut self.cgroups {
+            c.collect(enc)?;
         }
         Ok(())
     }
