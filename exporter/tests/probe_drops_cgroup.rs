@@ -244,14 +244,15 @@ fn past_max_cgroups_drops_are_folded_into_other() {
         return;
     }
     // One entry: the first socket's cgroup on the host to drop after the
-    // start (the test's `a`, or any other) takes it.
-    let Some(d) = start(&["--probe.drops.max-cgroups=1"]) else {
-        return;
-    };
+    // start (the test's `a`, or any other) takes it. The receivers are
+    // ready before the start, so `a` floods right after it.
     let Some(a) = DropCgroup::create("cap-a") else {
         return;
     };
     let Some(b) = DropCgroup::create("cap-b") else {
+        return;
+    };
+    let Some(d) = start(&["--probe.drops.max-cgroups=1"]) else {
         return;
     };
     let s0 = d.scrape();
