@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "usescope.h"
+#include "cgroup_id.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -29,6 +30,21 @@ struct {
 	__type(key, u32);
 	__type(value, u64);
 } us_drops SEC(".maps");
+
+/* --probe.drops.per-cgroup: off, the verifier drops the per-cgroup code
+ * and the programs cost what they did without it. */
+const volatile bool per_cgroup = false;
+/* The index in us_drops of the no_cgroup counter, map_full after it: past
+ * the counters, set by the loader (which grows the map by two). */
+const volatile u32 cg_counters = 0;
+
+/* cgroup id -> drops */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* --probe.drops.max-cgroups, set by user space */
+	__type(key, u64);
+	__type(value, u64);
+} us_drops_cg SEC(".maps");
 
 static __always_inline u32 slot_of(u32 reason)
 {
@@ -86,13 +102,59 @@ static __always_inline void count_drop(struct sk_buff *skb, u32 reason,
 		*used |= 1ULL << (i % 64);
 }
 
-/* Only the first three arguments: rx_sk was added in 6.11, and reading an
- * argument the running kernel lacks fails verification. */
+/* The socket's cgroup2 cgroup (set when the socket was created,
+ * cgroup_sk_alloc), counted in us_drops_cg. A drop without a socket is not
+ * counted by cgroup. A socket whose cgroup is unreadable, or a full hash,
+ * counts in the per-CPU counters at cg_counters (no_cgroup) and
+ * cg_counters + 1 (map_full) of us_drops. */
+static __always_inline void count_cgroup(struct sock *sk, const bool direct)
+{
+	u32 key = cg_counters;
+	u64 id = 0, *c;
+
+	if (!sk)
+		return;
+	if (bpf_core_field_exists(sk->sk_cgrp_data.cgroup)) {
+		if (direct)
+			id = sk->sk_cgrp_data.cgroup->kn->id;
+		else
+			id = BPF_CORE_READ(sk, sk_cgrp_data.cgroup, kn, id);
+	}
+	/* kernfs ids start at 1: 0 is a failed read. */
+	if (id) {
+		if (cgroup_count_add(&us_drops_cg, id))
+			return;
+		key++;
+	}
+	c = bpf_map_lookup_elem(&us_drops, &key);
+	if (c)
+		(*c)++;
+}
+
+/* Linux 6.11+ (--probe.drops.per-cgroup only): the fourth argument rx_sk
+ * is the receiving socket of a receive-path drop, where skb->sk is still
+ * NULL; else skb->sk, the sending socket. Reading an argument the running
+ * kernel lacks fails verification, so the loader falls back to the
+ * three-argument program below on older kernels. */
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(us_drops_btf_sk, struct sk_buff *skb, void *location,
+	     enum skb_drop_reason reason, struct sock *rx_sk)
+{
+	count_drop(skb, reason, true);
+	if (per_cgroup)
+		count_cgroup(rx_sk ?: skb->sk, true);
+	return 0;
+}
+
+/* Only the first three arguments: rx_sk was added in 6.11. Per cgroup it
+ * sees skb->sk only: transmit-path drops. */
 SEC("tp_btf/kfree_skb")
 int BPF_PROG(us_drops_btf, struct sk_buff *skb, void *location,
 	     enum skb_drop_reason reason)
 {
 	count_drop(skb, reason, true);
+	if (per_cgroup)
+		count_cgroup(skb->sk, true);
 	return 0;
 }
 
@@ -101,5 +163,7 @@ int BPF_PROG(us_drops_raw, struct sk_buff *skb, void *location,
 	     enum skb_drop_reason reason)
 {
 	count_drop(skb, reason, false);
+	if (per_cgroup)
+		count_cgroup(BPF_CORE_READ(skb, sk), false);
 	return 0;
 }

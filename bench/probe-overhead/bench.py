@@ -41,6 +41,14 @@ WORKLOADS = [
     ("runqlat, wakeups + LRU hash: thread ping-pong (100k round trips)", "runqlat",
      ["pingpong", "100000"], ["--probe.runqlat.source=lru-hash"]),
     ("drops: UDP to a closed port (200k datagrams)", "drops", ["udp", "200000"]),
+    # Drops with a socket (its buffer full), with and without the socket's
+    # cgroup read and counted; a closed port has no socket, so there the
+    # per-cgroup path only tests for one.
+    ("drops: UDP to a full socket (200k datagrams)", "drops", ["udpfull", "200000"]),
+    ("drops, --probe.drops.per-cgroup: UDP to a full socket (200k datagrams)", "drops",
+     ["udpfull", "200000"], ["--probe.drops.per-cgroup"]),
+    ("drops, --probe.drops.per-cgroup: UDP to a closed port (200k datagrams)", "drops",
+     ["udp", "200000"], ["--probe.drops.per-cgroup"]),
     ("cachestat: warm 4 KiB preads (500k)", "cachestat", ["warm", "{file}", "500000"]),
     ("cachestat, --probe.cachestat.per-cgroup: warm 4 KiB preads (500k)", "cachestat",
      ["warm", "{file}", "500000"], ["--probe.cachestat.per-cgroup"]),

@@ -6,6 +6,8 @@
 //!
 //!   workload pingpong N        N round trips between two threads over pipes
 //!   workload udp N             N UDP datagrams to a closed port on 127.0.0.1
+//!   workload udpfull N         N UDP datagrams to a socket that never reads
+//!                              (dropped with a socket once its buffer is full)
 //!   workload warm FILE N       N 4 KiB preads of a cached file
 //!   workload cold FILE         evict FILE from the page cache, read it once
 //!   workload mmap FILE N       map a cached FILE N times, one byte read per page
@@ -131,6 +133,22 @@ fn udp(n: u64) -> u128 {
         let _ = s.send_to(b"x", target);
     }
     start.elapsed().as_nanos()
+}
+
+fn udp_full(n: u64) -> u128 {
+    // Never read: past its default receive buffer (a few hundred small
+    // datagrams) every datagram is dropped on the receive path, with this
+    // socket (drops' per-cgroup path reads its cgroup).
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = rx.local_addr().unwrap();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let start = Instant::now();
+    for _ in 0..n {
+        let _ = s.send_to(b"x", target);
+    }
+    let ns = start.elapsed().as_nanos();
+    drop(rx);
+    ns
 }
 
 fn warm(path: &str, n: u64) -> u128 {
@@ -264,6 +282,7 @@ fn main() {
     let ns = match arg(1) {
         "pingpong" => pingpong(num(2)),
         "udp" => udp(num(2)),
+        "udpfull" => udp_full(num(2)),
         "warm" => warm(arg(2), num(3)),
         "cold" => cold(arg(2)),
         "mmap" => mapped(arg(2), num(3)),

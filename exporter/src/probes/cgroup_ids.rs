@@ -54,6 +54,26 @@ impl Hierarchy {
         })
     }
 
+    /// The cgroup2 (default) hierarchy, also on hybrid hosts: where a
+    /// socket's cgroup lives (drops with `--probe.drops.per-cgroup`).
+    pub fn find_v2() -> Result<Hierarchy, String> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        let mut mounts = Vec::new();
+        mountinfo::parse_into(&text, &mut mounts)
+            .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup2")
+            .map(|m| Hierarchy {
+                by: BY_V2,
+                root: PathBuf::from(
+                    String::from_utf8_lossy(&mountinfo::unescape(m.mount_point)).into_owned(),
+                ),
+            })
+            .ok_or_else(|| "no cgroup2 mount in /proc/self/mountinfo".to_string())
+    }
+
     pub fn from_mountinfo(text: &str, controller: &str) -> Option<Hierarchy> {
         let mut mounts = Vec::new();
         mountinfo::parse_into(text, &mut mounts).ok()?;

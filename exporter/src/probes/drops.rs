@@ -11,9 +11,21 @@
 //! names are resolved once at start-up from the running kernel's BTF:
 //! `enum skb_drop_reason` for core reasons, `enum skb_drop_reason_subsys`
 //! plus the owning module's BTF for subsystem reasons (`subsys << 16 | code`).
+//!
+//! `--probe.drops.per-cgroup` adds `usescope_cgroup_skb_drops_total`: the
+//! drops of packets that have a socket, by the socket's cgroup2 cgroup (the
+//! receiving socket, the tracepoint's `rx_sk`, on Linux 6.11+; else
+//! `skb->sk`, which is only set on the transmit path), through
+//! [`cgroup_counts`] with [`OnGone::FoldIntoOther`] as tasks' execs. No
+//! `reason` label, to bound series at one per cgroup. Drops without a
+//! socket (forwarded, early-dropped packets) are not in that family, so
+//! its sum is the host's drops that had a socket, not all drops.
 
 use super::btf::{Btf, Enum, find_enum};
 use std::os::fd::OwnedFd;
+
+use super::cgroup_counts::{self, CgroupCounts, OnGone};
+use super::cgroup_ids::Hierarchy;
 
 use super::layout::{
     DROPS_CORE_SLOTS, DROPS_OVERFLOW_SLOT, DROPS_PROTO_NAMES, DROPS_PROTOS, DROPS_SLOTS,
@@ -31,16 +43,32 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     help: "Packet drops by kernel drop reason (skb:kfree_skb)",
     default_enabled: true,
     collector: "probe_drops",
-    modes: MODES,
+    modes: ALL_MODES,
     map: MAP,
-    flags: &[ProbeFlag {
-        name: PROTOCOL_LABEL,
-        help: "Add a protocol label (ipv4, ipv6, arp, other) to usescope_skb_drops_total",
-        kind: ProbeFlagKind::Bool,
-        default: None,
-        value_name: None,
-    }],
-    metrics: &[&DROPS],
+    flags: &[
+        ProbeFlag {
+            name: PROTOCOL_LABEL,
+            help: "Add a protocol label (ipv4, ipv6, arp, other) to usescope_skb_drops_total",
+            kind: ProbeFlagKind::Bool,
+            default: None,
+            value_name: None,
+        },
+        ProbeFlag {
+            name: PER_CGROUP,
+            help: "Also count drops of packets with a socket by the socket's cgroup2 cgroup (usescope_cgroup_skb_drops_total, no reason label), labelled and selected as the cgroup collector does; a removed cgroup's series goes and its drops move to cgroup=\"other\"",
+            kind: ProbeFlagKind::Bool,
+            default: None,
+            value_name: None,
+        },
+        ProbeFlag {
+            name: MAX_CGROUPS,
+            help: "Most cgroups the per-cgroup drops map holds at once, and most cgroup label sets written (--probe.drops.per-cgroup); drops past either are counted in cgroup=\"other\" and usescope_cgroup_skb_drops_folded_total",
+            kind: ProbeFlagKind::U32 { min: 1 },
+            default: Some("1024"),
+            value_name: None,
+        },
+    ],
+    metrics: &[&DROPS, &CGROUP_DROPS, &FOLDED],
     load,
     build: collector,
 };
@@ -48,11 +76,50 @@ pub const SPEC: ProbeSpec = ProbeSpec {
 /// `--probe.drops.protocol-label`: a `protocol` label on drops.
 pub const PROTOCOL_LABEL: &str = "probe.drops.protocol-label";
 
+/// `--probe.drops.per-cgroup`: drops by the socket's cgroup too.
+pub const PER_CGROUP: &str = "probe.drops.per-cgroup";
+/// `--probe.drops.max-cgroups`: entries of the per-cgroup map.
+pub const MAX_CGROUPS: &str = "probe.drops.max-cgroups";
+const DEFAULT_MAX_CGROUPS: u32 = 1024;
+/// The hash cgroup id -> drops.
+pub const CGROUP_MAP: &str = "us_drops_cg";
+
+const CGROUP_DROPS: Desc = Desc::counter(
+    "usescope_cgroup_skb_drops_total",
+    "Dropped packets that had a socket, by the socket's cgroup2 cgroup (--probe.drops.per-cgroup), all reasons; cgroup=\"other\": unselected cgroups, removed ones, and the drops usescope_cgroup_skb_drops_folded_total counts. Drops without a socket are not counted here.",
+);
+const FOLDED: Desc = Desc::counter(
+    "usescope_cgroup_skb_drops_folded_total",
+    "Drops counted in cgroup=\"other\" although their cgroup may be selected: gone (the series of removed cgroups), map_full (the kernel's map held --probe.drops.max-cgroups cgroups), series_limit (as many label sets written), unresolved (the cgroup had gone before a scrape named it), no_cgroup (the socket's cgroup was unreadable).",
+);
+
 const DROPS: Desc = Desc::counter(
     "usescope_skb_drops_total",
     "Packets the kernel freed as dropped (skb:kfree_skb), by drop reason named from the running kernel's BTF.",
 );
 
+/// Every mode the daemon may be told of: with `--probe.drops.per-cgroup`
+/// first `tp_btf_rx_sk`, the program that reads the tracepoint's `rx_sk`
+/// (Linux 6.11+), then [`MODES`], whose programs see `skb->sk` only.
+const ALL_MODES: &[Mode] = &[
+    Mode {
+        name: "tp_btf_rx_sk",
+        kind: Kind::BtfTracePoint,
+        programs: &[("us_drops_btf_sk", "kfree_skb")],
+    },
+    Mode {
+        name: "tp_btf",
+        kind: Kind::BtfTracePoint,
+        programs: &[("us_drops_btf", "kfree_skb")],
+    },
+    Mode {
+        name: "raw_tp",
+        kind: Kind::RawTracePoint,
+        programs: &[("us_drops_raw", "kfree_skb")],
+    },
+];
+
+/// The modes without `--probe.drops.per-cgroup`.
 pub const MODES: &[Mode] = &[
     Mode {
         name: "tp_btf",
@@ -188,10 +255,33 @@ pub fn load(kernel: &Kernel, settings: &ProbeSettings) -> Result<Loaded, ProbeEr
     // The bitmap and the counters of the protocol rows kept; without the
     // label that is a quarter of the kernel memory.
     let keys = (DROPS_USED_WORDS + DROPS_SLOTS * protocols(settings)) as u32;
-    let loaded = loader::load_and_attach("drops", &kernel.btf, MODES, |l| {
+    // Without the flag per_cgroup stays false and the verifier drops the
+    // per-cgroup code; the map keeps one entry and us_drops its size.
+    let hierarchy = if settings.switch(PER_CGROUP) {
+        Some(Hierarchy::find_v2().map_err(ProbeError)?)
+    } else {
+        None
+    };
+    let per_cgroup = u8::from(hierarchy.is_some());
+    let (max, extra, modes) = match hierarchy {
+        Some(_) => (
+            settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS),
+            2,
+            ALL_MODES,
+        ),
+        None => (1, 0, MODES),
+    };
+    let loaded = loader::load_and_attach("drops", &kernel.btf, modes, |l| {
         l.override_global("protocol_label", &protocol_label, true);
-        l.map_max_entries(MAP, keys);
+        l.override_global("per_cgroup", &per_cgroup, true);
+        l.override_global("cg_counters", &keys, true);
+        l.map_max_entries(MAP, keys + extra);
+        l.map_max_entries(CGROUP_MAP, max);
     })?;
+    let mut names = names;
+    if let Some(h) = &hierarchy {
+        names.extend(cgroup_counts::loader_names(&loaded, CGROUP_MAP, h)?);
+    }
     Ok(Loaded { names, ..loaded })
 }
 
@@ -277,6 +367,17 @@ impl InUseReader {
             .map(|&(c, total)| (c / DROPS_SLOTS, c % DROPS_SLOTS, total))
     }
 
+    /// The sums over CPUs of the `N` counters past the rows kept (the
+    /// per-cgroup no_cgroup and map_full counters).
+    pub fn past_rows<const N: usize>(&mut self) -> std::io::Result<[u64; N]> {
+        let first = (DROPS_USED_WORDS + self.counters) as u32;
+        let mut out = [0u64; N];
+        for (o, per_cpu) in out.iter_mut().zip(self.counts.read_range(first, N as u32)?) {
+            *o = per_cpu.iter().fold(0u64, |s, v| s.wrapping_add(*v));
+        }
+        Ok(out)
+    }
+
     /// Value bytes the kernel copied out since the last call.
     pub fn take_bytes_read(&mut self) -> usize {
         self.counts.take_bytes_read()
@@ -319,6 +420,8 @@ pub struct DropsCollector {
     names: Vec<String>,
     /// Whether samples carry the `protocol` label.
     protocol_label: bool,
+    /// `--probe.drops.per-cgroup`: drops by cgroup, from [`CGROUP_MAP`].
+    cgroups: Option<CgroupCounts>,
 }
 
 impl DropsCollector {
@@ -328,10 +431,28 @@ impl DropsCollector {
         settings: &ProbeSettings,
     ) -> Result<DropsCollector, String> {
         let counts = PerCpuCounters::from_fd(MAP, map)?;
+        // The reason names, then the per-cgroup map's id and hierarchy.
+        let mut names = names;
+        let cg = names.split_off(DROPS_SLOTS.min(names.len()));
+        let cgroups = match &cg[..] {
+            [] => None,
+            cg => {
+                let max = settings.number(MAX_CGROUPS).unwrap_or(DEFAULT_MAX_CGROUPS);
+                Some(CgroupCounts::open(
+                    cg,
+                    CGROUP_MAP,
+                    settings.cgroup_selection(),
+                    max as usize,
+                    OnGone::FoldIntoOther,
+                    (&CGROUP_DROPS, &FOLDED),
+                )?)
+            }
+        };
         Ok(DropsCollector {
             reader: InUseReader::new(counts, protocols(settings))?,
             names,
             protocol_label: settings.switch(PROTOCOL_LABEL),
+            cgroups,
         })
     }
 
@@ -343,9 +464,17 @@ impl DropsCollector {
 
 impl Collector for DropsCollector {
     fn collect(&mut self, enc: &mut Encoder) -> Result<(), CollectError> {
-        self.reader
-            .read()
-            .map_err(|e| CollectError::other("bpf map us_drops", e.to_string()))?;
+        let err = |e: std::io::Error| CollectError::other("bpf map us_drops", e.to_string());
+        // The host counts first: the per-cgroup counts, read after, may
+        // hold the drops of that moment too, never fewer.
+        self.reader.read().map_err(err)?;
+        let [no_cgroup, map_full] = match &mut self.cgroups {
+            Some(c) => {
+                c.read().map_err(err)?;
+                self.reader.past_rows().map_err(err)?
+            }
+            None => [0, 0],
+        };
         enc.family(&DROPS);
         // Only non-zero reasons are exported; a zero is a counter whose
         // bit was seen before its first count (see drops.bpf.c).
@@ -358,6 +487,14 @@ impl Collector for DropsCollector {
                 enc.sample(&DROPS, &[("protocol", protocol), ("reason", name)], count);
             } else {
                 enc.sample(&DROPS, &[("reason", name)], count);
+            }
+        }
+        match &self.cgroups {
+            Some(c) => c.write(enc, map_full, no_cgroup),
+            // Declared families are always written (tests/probes.rs).
+            None => {
+                enc.family(&CGROUP_DROPS);
+                enc.family(&FOLDED);
             }
         }
         Ok(())
