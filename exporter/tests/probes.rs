@@ -63,18 +63,27 @@ fn drops_count_udp_to_closed_port_as_no_socket() {
     assert!(d.stop().success());
 }
 
-/// Every registered probe, enabled, writes exactly the families its spec
-/// declares (`ProbeSpec::metrics`), so the list the docs are checked
-/// against is the real one; a new probe is checked by registering it.
+/// Every registered probe, enabled with its per-cgroup view, writes
+/// exactly the families its spec declares (`ProbeSpec::metrics`), so the
+/// list the docs are checked against is the real one; a new probe is
+/// checked by registering it.
 #[test]
 fn every_registered_probe_writes_the_families_it_declares() {
     if !can_run_bpf() {
         return;
     }
     let _g = serial();
+    let per_cgroup = |p: &usescope::probes::ProbeSpec| {
+        let flag = format!("probe.{}.per-cgroup", p.name);
+        p.flags
+            .iter()
+            .any(|f| f.name == flag)
+            .then(|| format!("--{flag}"))
+    };
     let toggles: Vec<String> = usescope::probes::ALL
         .iter()
-        .map(|p| format!("--probe.{}", p.name))
+        .flat_map(|p| [Some(format!("--probe.{}", p.name)), per_cgroup(p)])
+        .flatten()
         .collect();
     let mut args = ARGS.to_vec();
     args.extend(toggles.iter().map(String::as_str));

@@ -21,7 +21,7 @@ const UP: Desc = Desc::gauge(
 );
 const INFO: Desc = Desc::gauge(
     "usescope_probe_info",
-    "Which hook mode each eBPF probe runs in (tp_btf, raw_tp; none when down).",
+    "Which hook mode each eBPF probe runs in (tp_btf, or a variant such as tp_btf+sched_info or tp_btf_rx_sk, else raw_tp; none when down).",
 );
 const RUN_SECONDS: Desc = Desc::counter(
     "usescope_bpf_program_run_seconds_total",
